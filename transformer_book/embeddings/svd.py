@@ -1,0 +1,45 @@
+"""Word vectors from a truncated SVD of a PPMI matrix (chapter 10; used in chapter 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+__all__ = ["svd_embeddings"]
+
+
+def svd_embeddings(matrix: sp.spmatrix | np.ndarray, k: int, p: float = 0.5, seed: int = 0) -> np.ndarray:
+    """Rank-``k`` word vectors :math:`W = U_k \\Sigma_k^{\\,p}`.
+
+    :math:`U_k \\Sigma_k V_k^\\top` is the best rank-``k`` approximation of ``matrix``
+    (Eckart-Young). ``p = 1`` keeps the singular values, ``p = 0`` drops them, and
+    ``p = 0.5`` splits them symmetrically between words and contexts.
+
+    The result is deterministic: the iterative solver starts from a seeded vector, the
+    components are sorted by decreasing singular value, and each column's sign is fixed so
+    that its entry of largest magnitude is positive.
+
+    Args:
+        matrix: ``(|V|, |V_c|)`` sparse or dense matrix.
+        k: number of dimensions, ``1 <= k < min(|V|, |V_c|)``.
+        p: eigenvalue weighting exponent.
+        seed: seed of the solver's start vector.
+
+    Returns:
+        ``(|V|, k)`` float64 array.
+
+    Raises:
+        ValueError: for ``k`` out of range or a non-2-D matrix.
+    """
+    if matrix.ndim != 2:
+        raise ValueError(f"svd_embeddings: matrix must be 2-D, got {matrix.ndim}-D")
+    smallest = min(matrix.shape)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < smallest:
+        raise ValueError(f"svd_embeddings: k must be an int in [1, {smallest}), got {k!r}")
+    start = np.random.default_rng(seed).standard_normal(smallest)
+    u, s, _ = spla.svds(sp.csr_matrix(matrix, dtype=np.float64), k=k, v0=start)
+    order = np.argsort(-s)
+    u, s = u[:, order], s[order]
+    signs = np.sign(u[np.abs(u).argmax(axis=0), np.arange(k)])
+    return (u * signs) * s**p

@@ -1,0 +1,73 @@
+"""Attention masks in the book's convention: ``True`` means *the key is excluded*.
+
+A mask is a boolean tensor broadcastable to the attention scores of shape
+``(..., n, m)`` (``n`` queries, ``m`` keys). Position ``(i, j)`` set to ``True`` removes
+key ``j`` from the softmax of query ``i`` (its score becomes :math:`-\\infty`).
+
+PyTorch's own APIs disagree with each other here, so beware when you mix them:
+
+* ``torch.nn.functional.scaled_dot_product_attention(attn_mask=...)`` takes a boolean
+  mask where ``True`` means *take part* -- the opposite of this book. Pass ``~mask``.
+* ``torch.nn.MultiheadAttention(key_padding_mask=..., attn_mask=...)`` uses ``True`` for
+  *excluded*, as this book does.
+
+Section: chapter 1 (and chapter 2, masks).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["padding_mask", "causal_mask"]
+
+
+def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Exclude the keys that are padding.
+
+    Only keys are masked: a query at a PAD position still attends to the real tokens
+    (its output is discarded by the loss anyway), so no row becomes fully masked.
+
+    Args:
+        tokens: integer token ids of shape ``(B, m)``.
+        pad_id: the id used for padding.
+
+    Returns:
+        Boolean mask of shape ``(B, 1, m)``, ``True`` where ``tokens == pad_id``. It
+        broadcasts over the ``n`` query rows of scores shaped ``(B, n, m)``; for scores
+        with a head axis ``(B, h, n, m)`` add it with ``mask.unsqueeze(1)``.
+
+    Raises:
+        ValueError: if ``tokens`` is not a 2-D integer tensor.
+    """
+    if not isinstance(tokens, torch.Tensor):
+        raise ValueError(f"padding_mask: tokens must be a torch.Tensor, got {type(tokens).__name__}")
+    if tokens.dim() != 2:
+        raise ValueError(
+            f"padding_mask: tokens must have shape (B, m), got shape {tuple(tokens.shape)}"
+        )
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise ValueError(f"padding_mask: tokens must hold integer ids, got dtype {tokens.dtype}")
+    return (tokens == pad_id).unsqueeze(1)
+
+
+def causal_mask(m: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Exclude the future: query ``i`` may attend to key ``j`` only when ``j <= i``.
+
+    .. math:: M_{ij} = [\\, j > i \\,]
+
+    The diagonal is kept (a position sees itself). Masking ``j >= i`` instead would
+    leave row 0 with no key at all.
+
+    Args:
+        m: sequence length (number of queries and keys), a positive integer.
+        device: where to create the mask.
+
+    Returns:
+        Boolean mask of shape ``(m, m)``, ``True`` strictly above the diagonal.
+
+    Raises:
+        ValueError: if ``m`` is not a positive integer.
+    """
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"causal_mask: m must be a positive int, got {m!r}")
+    return torch.ones(m, m, dtype=torch.bool, device=device).triu(diagonal=1)

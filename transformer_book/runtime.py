@@ -1,0 +1,207 @@
+"""Where and how a chapter runs: device, seeds, profile, environment summary, source display.
+
+Nothing here runs at import time: no seeding, no warning filters, no thread settings.
+Each function changes global state only when called, and says so.
+
+Environment variables:
+
+* ``TB_PROFILE``: ``full`` (default; what the committed book outputs show) or ``quick``
+  (what CI runs: every notebook well under a minute on two CPU cores).
+* ``TB_DEVICE``: force a device (``cpu``, ``cuda``, ``cuda:1``, ``mps``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import platform
+import random
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+__all__ = [
+    "PROFILES",
+    "profile",
+    "by_profile",
+    "select_device",
+    "seed_everything",
+    "environment_summary",
+    "show_source",
+    "SourceListing",
+]
+
+PROFILES = ("full", "quick")
+T = TypeVar("T")
+
+
+def profile() -> str:
+    """The run profile named by ``TB_PROFILE``: ``"full"`` (default) or ``"quick"``.
+
+    Raises:
+        ValueError: if ``TB_PROFILE`` holds anything else.
+    """
+    name = os.environ.get("TB_PROFILE", "full").strip().lower() or "full"
+    if name not in PROFILES:
+        raise ValueError(f"TB_PROFILE must be one of {PROFILES}, got {name!r}")
+    return name
+
+
+def by_profile(*, full: T, quick: T) -> T:
+    """Pick a size by profile: ``by_profile(full=100_000, quick=5_000)``."""
+    return full if profile() == "full" else quick
+
+
+def select_device(preference: str | None = None) -> torch.device:
+    """Choose the device to compute on.
+
+    Order: ``preference`` if given, else ``TB_DEVICE`` if set, else CUDA, then Apple's MPS,
+    then the CPU.
+
+    Raises:
+        ValueError: if a requested device is unknown or not available here.
+    """
+    requested = preference or os.environ.get("TB_DEVICE")
+    if requested:
+        try:
+            device = torch.device(requested)
+        except RuntimeError as err:
+            raise ValueError(f"unknown device {requested!r}: {err}") from None
+        available = {
+            "cpu": True,
+            "cuda": torch.cuda.is_available(),
+            "mps": _mps_available(),
+        }.get(device.type, False)
+        if not available:
+            raise ValueError(f"device {requested!r} was requested but is not available here")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {requested!r} was requested but only {torch.cuda.device_count()} CUDA devices exist"
+            )
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if _mps_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def seed_everything(seed: int, *, deterministic: bool = True, threads: int | None = None) -> None:
+    """Seed Python, NumPy and PyTorch (all devices) so a run can be repeated.
+
+    Changes global state on purpose: the three random generators and, when
+    ``deterministic``, ``torch.use_deterministic_algorithms(True, warn_only=True)`` and the
+    cuBLAS workspace setting that CUDA needs for it. ``threads`` fixes PyTorch's intra-op
+    thread count, since sums over many elements differ in their last bits between thread
+    counts.
+
+    Raises:
+        ValueError: for a seed that is not a non-negative int, or threads < 1.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        torch.set_num_threads(threads)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def environment_summary(device: torch.device | None = None) -> str:
+    """A few lines saying what a chapter runs on: versions, device, profile, threads, data.
+
+    Meant to be printed at the top of every chapter, so that stored outputs say where they
+    came from.
+    """
+    from transformer_book import __version__
+
+    device = device or select_device()
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        device_text = f"cuda ({torch.cuda.get_device_name(index)})"
+    else:
+        device_text = device.type
+    rows = [
+        ("transformer_book", __version__),
+        ("python", platform.python_version()),
+        ("torch", torch.__version__),
+        ("numpy", np.__version__),
+        ("device", device_text),
+        ("profile", profile()),
+        ("torch threads", str(torch.get_num_threads())),
+        ("data directory", os.environ.get("TB_DATA_DIR") or "(none: downloads into the cache)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}} : {v}" for k, v in rows)
+
+
+@dataclass(frozen=True)
+class SourceListing:
+    """The source of a package object, shown as a highlighted block in a notebook."""
+
+    qualname: str
+    path: str
+    first_line: int
+    source: str
+
+    @property
+    def last_line(self) -> int:
+        return self.first_line + self.source.count("\n") - (1 if self.source.endswith("\n") else 0)
+
+    def _caption(self) -> str:
+        return f"{self.qualname}  ({self.path}, lines {self.first_line}-{self.last_line})"
+
+    def _repr_markdown_(self) -> str:
+        return f"`{self._caption()}`\n\n```python\n{self.source.rstrip()}\n```\n"
+
+    def __str__(self) -> str:
+        return f"# {self._caption()}\n{self.source.rstrip()}\n"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
+def show_source(obj: Any) -> SourceListing:
+    """Return the source of a function, class or module of the package for display.
+
+    In a notebook the returned object renders as a syntax-highlighted block captioned with
+    its file and line numbers, so a chapter shows the package's own code rather than a copy.
+
+    Raises:
+        ValueError: if the object's source cannot be found (a builtin, say).
+    """
+    try:
+        lines, first = inspect.getsourcelines(obj)
+        file = inspect.getsourcefile(obj)
+    except (OSError, TypeError) as err:
+        raise ValueError(f"show_source: no source available for {obj!r} ({err})") from None
+    if file is None:
+        raise ValueError(f"show_source: no source file for {obj!r}")
+    module = inspect.getmodule(obj)
+    name = getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj)))
+    qualname = f"{module.__name__}.{name}" if module and module is not obj else name
+    path = _display_path(Path(file))
+    return SourceListing(qualname, path, max(first, 1), textwrap.dedent("".join(lines)))
+
+
+def _display_path(file: Path) -> str:
+    """The file's path from the package's parent folder (``transformer_book/...``)."""
+    package_root = Path(__file__).resolve().parent.parent
+    try:
+        return file.resolve().relative_to(package_root).as_posix()
+    except ValueError:
+        return file.name

@@ -1,0 +1,76 @@
+"""Word tokenisation and vocabularies for word-level models (chapters 1, 10, 11)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["tokenize_words", "Vocab"]
+
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+
+
+def tokenize_words(text: str) -> list[str]:
+    """Lower-case words: runs of letters, keeping apostrophes inside a word (``don't``).
+    Digits, punctuation and trailing apostrophes are dropped.
+
+    >>> tokenize_words("I must go back to my ship, and to my crew.")
+    ['i', 'must', 'go', 'back', 'to', 'my', 'ship', 'and', 'to', 'my', 'crew']
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"tokenize_words: text must be a str, got {type(text).__name__}")
+    return _WORD.findall(text.lower())
+
+
+class Vocab:
+    """A bijection between tokens and ids ``0 .. len-1``, most frequent first.
+
+    Ties in frequency are broken alphabetically, so the ids are reproducible.
+    """
+
+    def __init__(self, tokens: Sequence[str], counts: Sequence[int] | None = None) -> None:
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("Vocab: tokens must be distinct")
+        if counts is not None and len(counts) != len(tokens):
+            raise ValueError(f"Vocab: {len(counts)} counts for {len(tokens)} tokens")
+        self.itos: list[str] = list(tokens)
+        self.stoi: dict[str, int] = {t: i for i, t in enumerate(self.itos)}
+        self.counts = np.asarray(counts if counts is not None else [0] * len(tokens), dtype=np.int64)
+
+    @classmethod
+    def build(cls, tokens: Iterable[str], min_count: int = 1) -> "Vocab":
+        """Keep every token seen at least ``min_count`` times."""
+        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+            raise ValueError(f"Vocab.build: min_count must be a positive int, got {min_count!r}")
+        counter = Counter(tokens)
+        kept = sorted((t for t, c in counter.items() if c >= min_count), key=lambda t: (-counter[t], t))
+        return cls(kept, [counter[t] for t in kept])
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self.stoi
+
+    def __getitem__(self, token: str) -> int:
+        try:
+            return self.stoi[token]
+        except KeyError:
+            raise KeyError(f"token {token!r} is not in the vocabulary of {len(self)} words") from None
+
+    def encode(self, tokens: Iterable[str], unknown: int | None = None) -> np.ndarray:
+        """Ids of ``tokens`` as an int64 array; out-of-vocabulary tokens map to ``unknown``,
+        or raise ``KeyError`` when ``unknown`` is None."""
+        if unknown is None:
+            return np.fromiter((self[t] for t in tokens), dtype=np.int64)
+        return np.fromiter((self.stoi.get(t, unknown) for t in tokens), dtype=np.int64)
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.itos[int(i)] for i in ids]
+
+    def __repr__(self) -> str:
+        head = ", ".join(self.itos[:5])
+        return f"Vocab({len(self)} tokens: {head}{', ...' if len(self) > 5 else ''})"

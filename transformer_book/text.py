@@ -10,19 +10,25 @@ import numpy as np
 
 __all__ = ["tokenize_words", "Vocab"]
 
-_WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
+# A word: letters (any script, no digits or underscore), apostrophes allowed inside.
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})  # typographic forms
 
 
 def tokenize_words(text: str) -> list[str]:
-    """Lower-case words: runs of letters, keeping apostrophes inside a word (``don't``).
-    Digits, punctuation and trailing apostrophes are dropped.
+    """Lower-case words: runs of letters (any script), keeping an apostrophe inside a word.
+
+    Typographic apostrophes (``’``) are read as ``'``, so ``father’s`` is one word,
+    ``father's``. Digits, punctuation and apostrophes at a word's edge are dropped.
 
     >>> tokenize_words("I must go back to my ship, and to my crew.")
     ['i', 'must', 'go', 'back', 'to', 'my', 'ship', 'and', 'to', 'my', 'crew']
+    >>> tokenize_words("My father’s ship, 1900.")
+    ['my', "father's", 'ship']
     """
     if not isinstance(text, str):
         raise ValueError(f"tokenize_words: text must be a str, got {type(text).__name__}")
-    return _WORD.findall(text.lower())
+    return _WORD.findall(text.lower().translate(_APOSTROPHES))
 
 
 class Vocab:

@@ -49,3 +49,23 @@ def test_no_stored_errors_and_full_profile(path: Path) -> None:
 def test_chapter_is_in_the_table_of_contents(path: Path) -> None:
     toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
     assert f"file: book/{path.stem}" in toc, f"{path.name} is missing from _toc.yml"
+
+
+def _repository_url() -> str:
+    match = re.search(r"^repository:\s*\n\s+url:\s*(\S+)", (ROOT / "_config.yml").read_text(encoding="utf-8"), re.MULTILINE)
+    assert match, "_config.yml must set repository.url"
+    return match.group(1).rstrip("/")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_install_cell_uses_the_configured_repository(path: Path) -> None:
+    """The repository address lives in _config.yml; a chapter's Colab install cell must agree."""
+    first = "".join(_code_cells(path)[0]["source"])
+    urls = re.findall(r"git\+(\S+)", first)
+    assert urls, f"{path.name}: the first code cell must install the package when it is missing"
+    assert all(u.rstrip("/") == _repository_url() for u in urls), f"{path.name}: {urls} != {_repository_url()}"
+
+
+def test_package_metadata_uses_the_configured_repository() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'Homepage = "{_repository_url()}"' in pyproject

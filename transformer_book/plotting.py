@@ -35,7 +35,7 @@ def heatmap(
     Args:
         matrix: 2-D array of shape ``(rows, cols)``.
         row_labels, col_labels: tick labels, one per row and column.
-        annotate: write each value in its cell (in black or white, whichever reads).
+        annotate: write each value in its cell, in black or white by the cell's luminance.
 
     Returns:
         The matplotlib axes drawn on.
@@ -66,11 +66,11 @@ def heatmap(
     if title:
         ax.set_title(title)
     if annotate:
-        low, high = image.get_clim()
-        middle = (low + high) / 2
+        cells = image.cmap(image.norm(values))  # (rows, cols, 4) RGBA of each cell
+        luminance = cells[..., :3] @ np.array([0.299, 0.587, 0.114])
         for i in range(values.shape[0]):
             for j in range(values.shape[1]):
-                colour = "black" if values[i, j] > middle else "white"
+                colour = "black" if luminance[i, j] > 0.5 else "white"
                 ax.text(j, i, fmt.format(values[i, j]), ha="center", va="center", fontsize=7, color=colour)
     return ax
 

@@ -2,8 +2,12 @@
 
 Modules, one idea each (import what a chapter needs)::
 
-    transformer_book.attention    scaled dot-product attention, stable softmax   (ch. 1)
-    transformer_book.masks        padding and causal masks (True = excluded)     (ch. 1-2)
+    transformer_book.attention    scaled dot-product and multi-head attention    (ch. 1, 3)
+    transformer_book.masks        padding, causal and combined masks (True = excluded) (ch. 2)
+    transformer_book.positional   sinusoidal, learned, relative, rotary, Fourier (ch. 4)
+    transformer_book.layers       LayerNorm, FFN, encoder and decoder layers     (ch. 5-6)
+    transformer_book.models       the encoder-decoder Transformer, right shift   (ch. 6)
+    transformer_book.twins        torch.nn twins with copied weights, for checks
     transformer_book.runtime      device, seeds, profiles, environment, sources
     transformer_book.plotting     attention heatmaps
     transformer_book.text         word tokenisation and vocabularies

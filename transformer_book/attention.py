@@ -1,4 +1,4 @@
-"""Scaled dot-product attention (chapter 1).
+"""Scaled dot-product attention (chapter 1) and multi-head attention (chapter 3).
 
 .. math::
 
@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-__all__ = ["softmax", "scaled_dot_product_attention"]
+__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention"]
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -62,6 +64,7 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     *,
     scale: float | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention, returning the output and the attention weights.
 
@@ -78,6 +81,9 @@ def scaled_dot_product_attention(
             key ``j`` is excluded for query ``i``. (``F.scaled_dot_product_attention``
             uses the opposite boolean convention: pass it ``~mask``.)
         scale: the factor multiplying the scores; default :math:`1/\\sqrt{d_k}`.
+        bias: optional floating tensor broadcastable to ``(..., n, m)``, added to the scaled
+            scores before the softmax (a relative-position bias, chapter 4):
+            :math:`A = \\operatorname{softmax}(QK^\\top/\\sqrt{d_k} + B)`.
 
     Returns:
         ``(output, weights)`` with ``output`` of shape ``(..., n, d_v)`` and ``weights``
@@ -94,6 +100,9 @@ def scaled_dot_product_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
     scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., n, m)
+    if bias is not None:
+        _check_bias(bias, scores)
+        scores = scores + bias
     weights = softmax(scores, mask=mask, dim=-1)
     return torch.matmul(weights, value), weights
 
@@ -131,6 +140,21 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
         raise ValueError(f"attention: batch dimensions do not broadcast, got {shapes}") from None
 
 
+def _check_bias(bias: torch.Tensor, scores: torch.Tensor) -> None:
+    if not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point:
+        what = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise ValueError(f"attention: bias must be a floating-point tensor, got {what}")
+    try:
+        broadcast = torch.broadcast_shapes(bias.shape, scores.shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != scores.shape:
+        raise ValueError(
+            f"attention: bias of shape {tuple(bias.shape)} does not broadcast to the scores' "
+            f"shape {tuple(scores.shape)} (..., n, m)"
+        )
+
+
 def _check_mask(mask: torch.Tensor, scores_shape: torch.Size, where: str) -> None:
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"{where}: mask must be a boolean torch.Tensor, got {type(mask).__name__}")
@@ -148,3 +172,163 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size, where: str) -> Non
             f"{where}: mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
             f"shape {tuple(scores_shape)} (..., n, m)"
         )
+
+
+class MultiHeadAttention(nn.Module):
+    r"""Multi-head attention: ``h`` scaled dot-product attentions side by side.
+
+    .. math::
+
+        \operatorname{head}_i = \operatorname{Attention}(Q W_i^Q, K W_i^K, V W_i^V), \qquad
+        \operatorname{MultiHead}(Q, K, V) = [\operatorname{head}_1; \dots; \operatorname{head}_h]\, W^O
+
+    with :math:`W_i^Q, W_i^K, W_i^V \in \mathbb{R}^{d_{\text{model}} \times d_k}`,
+    :math:`d_k = d_{\text{model}} / h` and :math:`W^O \in \mathbb{R}^{h d_k \times d_{\text{model}}}`.
+    The ``h`` per-head matrices are stored side by side as one ``nn.Linear`` each, ``w_q``,
+    ``w_k``, ``w_v`` (head ``i`` owns output features ``i*d_k .. (i+1)*d_k - 1``), and ``w_o``.
+
+    Two paths compute the same thing. With ``need_weights=True`` (the default) the package's
+    explicit :func:`scaled_dot_product_attention` runs and the per-head weights are returned;
+    with ``need_weights=False`` PyTorch's fused ``F.scaled_dot_product_attention`` runs and the
+    weights are ``None``.
+
+    Args:
+        d_model: model width; must be divisible by ``n_heads``.
+        n_heads: number of heads ``h``.
+        dropout: dropout probability on the attention weights (training mode only).
+        bias: whether the four projections have biases.
+        kdim, vdim: feature sizes of ``key`` and ``value`` if not ``d_model`` (cross-attention
+            from a memory of another width).
+
+    Shapes:
+        ``query`` ``(B, n, d_model)``, ``key`` ``(B, m, kdim)``, ``value`` ``(B, m, vdim)``;
+        ``mask`` boolean, True = excluded, one of ``(n, m)``, ``(B, 1, m)``, ``(B, n, m)`` (a head
+        axis is added) or ``(B, h, n, m)``; ``bias`` (optional, added to the scaled scores)
+        broadcastable to ``(B, h, n, m)``. Returns ``(output (B, n, d_model), weights
+        (B, h, n, m) or None)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"MultiHeadAttention: {name} must be a positive int, got {value!r}")
+        if d_model % n_heads:
+            raise ValueError(
+                f"MultiHeadAttention: d_model={d_model} is not divisible by n_heads={n_heads}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"MultiHeadAttention: dropout must lie in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.d_k, self.dropout = d_model, n_heads, d_model // n_heads, dropout
+        self.kdim, self.vdim = kdim or d_model, vdim or d_model
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(self.kdim, d_model, bias=bias)
+        self.w_v = nn.Linear(self.vdim, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform projections and zero biases (as ``nn.MultiheadAttention``)."""
+        for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
+            nn.init.xavier_uniform_(linear.weight)
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, dropout={self.dropout}"
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = True,
+        bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, n, m = self._check_inputs(query, key, value)
+        mask = self._head_mask(mask, batch, n, m)
+        # (B, length, d_model) -> (B, h, length, d_k): split the features into heads.
+        q = self.w_q(query).view(batch, n, self.n_heads, self.d_k).transpose(1, 2)
+        k = self.w_k(key).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
+        v = self.w_v(value).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+            if p > 0:  # dropout acts on the weights that multiply V; the clean ones are returned
+                heads = torch.matmul(F.dropout(weights, p, training=True), v)
+        else:
+            heads, weights = self._fused_attention(q, k, v, mask, bias, p), None
+        # (B, h, n, d_k) -> (B, n, h * d_k): concatenate the heads, then mix them with W^O.
+        heads = heads.transpose(1, 2).reshape(batch, n, self.d_model)
+        return self.w_o(heads), weights
+
+    @staticmethod
+    def _fused_attention(q, k, v, mask, bias, p):  # noqa: ANN001, ANN205 - private
+        """``F.scaled_dot_product_attention`` in the book's conventions.
+
+        Fully masked rows are computed unmasked, then zeroed, so that no kernel ever sees a
+        row of -inf (some return NaN for it) and the result equals the explicit path.
+        """
+        if mask is None:
+            if bias is not None:
+                _check_bias(bias, torch.empty(q.shape[:-1] + (k.shape[-2],), device="meta"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
+        _check_mask(mask, q.shape[:-1] + (k.shape[-2],), "MultiHeadAttention")
+        dead = mask.all(dim=-1, keepdim=True)  # (..., n, 1): queries with no key at all
+        keep = ~(mask & ~dead)
+        attn_mask: torch.Tensor = keep
+        if bias is not None:
+            _check_bias(bias, torch.empty(q.shape[:-1] + (k.shape[-2],), device="meta"))
+            attn_mask = bias.masked_fill(~keep, float("-inf"))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+        return out.masked_fill(dead, 0.0)
+
+    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[int, int, int]:
+        names = ("query", "key", "value")
+        widths = (self.d_model, self.kdim, self.vdim)
+        dtype = self.w_q.weight.dtype
+        for name, t, width in zip(names, (query, key, value), widths):
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"MultiHeadAttention: {name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dim() != 3 or t.shape[-1] != width:
+                raise ValueError(
+                    f"MultiHeadAttention: {name} must have shape (B, length, {width}), got {tuple(t.shape)}"
+                )
+            if t.dtype != dtype:
+                raise ValueError(
+                    f"MultiHeadAttention: {name} has dtype {t.dtype} but the weights are {dtype}; "
+                    f"convert one of them (e.g. module.to({t.dtype}))"
+                )
+        shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        if not query.shape[0] == key.shape[0] == value.shape[0]:
+            raise ValueError(f"MultiHeadAttention: batch sizes differ: {shapes}")
+        if key.shape[1] != value.shape[1]:
+            raise ValueError(f"MultiHeadAttention: key and value lengths differ: {shapes}")
+        return query.shape[0], query.shape[1], key.shape[1]
+
+    def _head_mask(self, mask: torch.Tensor | None, batch: int, n: int, m: int) -> torch.Tensor | None:
+        """Give a mask a head axis: (n, m) and (B, h, n, m) stay, (B, 1, m) and (B, n, m) gain one."""
+        if mask is None:
+            return None
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise ValueError(f"MultiHeadAttention: mask must be boolean (True = key excluded), got {what}")
+        if mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        elif mask.dim() not in (2, 4):
+            raise ValueError(
+                f"MultiHeadAttention: mask must have shape (n, m), (B, 1, m), (B, n, m) or (B, h, n, m), "
+                f"got {tuple(mask.shape)}"
+            )
+        _check_mask(mask, torch.Size((batch, self.n_heads, n, m)), "MultiHeadAttention")
+        return mask

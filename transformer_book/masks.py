@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["padding_mask", "causal_mask"]
+__all__ = ["padding_mask", "causal_mask", "combine_masks"]
 
 
 def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -71,3 +71,33 @@ def causal_mask(m: int, device: torch.device | str | None = None) -> torch.Tenso
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise ValueError(f"causal_mask: m must be a positive int, got {m!r}")
     return torch.ones(m, m, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    r"""OR-combine masks: a key is excluded if any mask excludes it.
+
+    .. math:: M = M^{(1)} \lor M^{(2)} \lor \dots
+
+    A decoder's self-attention, for example, combines the padding mask of the targets
+    ``(B, 1, m)`` with the causal mask ``(m, m)`` into ``(B, m, m)``. ``None`` entries are
+    skipped; with no mask left the result is ``None``.
+
+    Raises:
+        ValueError: if a mask is not boolean or the shapes do not broadcast.
+    """
+    present = [m for m in masks if m is not None]
+    for m in present:
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            what = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
+            raise ValueError(f"combine_masks: masks must be boolean tensors (True = excluded), got {what}")
+    if not present:
+        return None
+    try:
+        torch.broadcast_shapes(*(m.shape for m in present))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(m.shape)) for m in present)
+        raise ValueError(f"combine_masks: mask shapes {shapes} do not broadcast together") from None
+    combined = present[0]
+    for m in present[1:]:
+        combined = combined | m
+    return combined

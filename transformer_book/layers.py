@@ -1,0 +1,242 @@
+r"""The pieces of a Transformer block (chapter 5) and the encoder and decoder layers (chapter 6).
+
+* :class:`LayerNorm`: :math:`\gamma \odot (x - \mu) / \sqrt{\sigma^2 + \epsilon} + \beta` over the
+  features, with the *biased* variance and :math:`\epsilon` inside the root.
+* :class:`PositionwiseFeedForward`: :math:`\max(0, x W_1 + b_1) W_2 + b_2`, applied to every
+  position separately.
+* :class:`EncoderLayer` and :class:`DecoderLayer`, each sub-layer wrapped in a residual
+  connection and a LayerNorm, either after the residual sum (post-LN, the 2017 paper's form)
+  or at the sub-layer's input (pre-LN), switched by ``norm_first``.
+
+The sub-module names match ``torch.nn.TransformerEncoderLayer`` and
+``torch.nn.TransformerDecoderLayer`` where the two have the same piece (``self_attn``,
+``norm1``, ``dropout1``, ...), so that :mod:`transformer_book.twins` can copy weights across.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_book.attention import MultiHeadAttention
+
+__all__ = ["LayerNorm", "PositionwiseFeedForward", "EncoderLayer", "DecoderLayer"]
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+def _check_positive_int(owner: str, **values: int) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+
+
+def _check_probability(owner: str, dropout: float) -> None:
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{owner}: dropout must lie in [0, 1), got {dropout}")
+
+
+class LayerNorm(nn.Module):
+    r"""Layer normalisation over the last axis.
+
+    .. math::
+
+        \mu = \frac{1}{d} \sum_{l=1}^{d} x_l, \qquad
+        \sigma^2 = \frac{1}{d} \sum_{l=1}^{d} (x_l - \mu)^2, \qquad
+        \operatorname{LayerNorm}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta
+
+    The variance is the biased one (divide by ``d``, not ``d - 1``) and ``eps`` sits inside the
+    square root: two traps of peers' code, where either changes the result.
+
+    Args:
+        d_model: ``d``, the size of the last axis.
+        eps: :math:`\epsilon > 0`.
+
+    Shapes: ``(..., d_model)`` in and out. Parameters ``gamma`` (ones) and ``beta`` (zeros), ``(d_model,)``.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        _check_positive_int("LayerNorm", d_model=d_model)
+        if not eps > 0:
+            raise ValueError(f"LayerNorm: eps must be positive, got {eps}")
+        self.d_model, self.eps = d_model, eps
+        self.gamma = nn.Parameter(torch.ones(d_model))
+        self.beta = nn.Parameter(torch.zeros(d_model))
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1:] != (self.d_model,):
+            raise ValueError(f"LayerNorm: expected (..., {self.d_model}), got shape {tuple(x.shape)}")
+        mu = x.mean(dim=-1, keepdim=True)
+        var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # biased: divide by d
+        return self.gamma * (x - mu) / torch.sqrt(var + self.eps) + self.beta
+
+
+class PositionwiseFeedForward(nn.Module):
+    r"""The same two-layer network applied to every position.
+
+    .. math:: \operatorname{FFN}(x) = \phi(x W_1 + b_1)\, W_2 + b_2,
+        \qquad W_1 \in \mathbb{R}^{d_{\text{model}} \times d_{ff}},\;
+        W_2 \in \mathbb{R}^{d_{ff} \times d_{\text{model}}}
+
+    with :math:`\phi` = ReLU (the 2017 paper) or GELU, and dropout after :math:`\phi` in training.
+
+    Shapes: ``(..., d_model)`` in and out. Sub-modules ``linear1``, ``linear2``, ``dropout``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+        super().__init__()
+        _check_positive_int("PositionwiseFeedForward", d_model=d_model, d_ff=d_ff)
+        _check_probability("PositionwiseFeedForward", dropout)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"PositionwiseFeedForward: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(_ACTIVATIONS[self.activation](self.linear1(x))))
+
+
+class EncoderLayer(nn.Module):
+    r"""Self-attention and a feed-forward network, each with a residual connection and LayerNorm.
+
+    Post-LN (``norm_first=False``, the 2017 paper)::
+
+        x = LayerNorm(x + Dropout(SelfAttention(x)))
+        x = LayerNorm(x + Dropout(FFN(x)))
+
+    Pre-LN (``norm_first=True``)::
+
+        x = x + Dropout(SelfAttention(LayerNorm(x)))
+        x = x + Dropout(FFN(LayerNorm(x)))
+
+    Args:
+        d_model, n_heads, d_ff: widths; ``d_model`` divisible by ``n_heads``.
+        dropout: on attention weights, inside the FFN and on each sub-layer's output.
+        norm_first: pre-LN if True, post-LN if False.
+
+    Shapes: ``x`` ``(B, n, d_model)``; ``mask`` as for :class:`MultiHeadAttention`
+    (typically the padding mask ``(B, 1, n)``). Returns ``(B, n, d_model)``, or
+    ``(output, weights (B, h, n, n))`` with ``need_weights=True``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        _check_probability("EncoderLayer", dropout)
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.norm1, self.norm2 = LayerNorm(d_model, eps), LayerNorm(d_model, eps)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights)
+            return self.dropout1(out), weights
+
+        if self.norm_first:
+            attended, weights = attend(self.norm1(x))
+            x = x + attended
+            x = x + self.dropout2(self.ffn(self.norm2(x)))
+        else:
+            attended, weights = attend(x)
+            x = self.norm1(x + attended)
+            x = self.norm2(x + self.dropout2(self.ffn(x)))
+        return (x, weights) if need_weights else x
+
+
+class DecoderLayer(nn.Module):
+    r"""Masked self-attention, cross-attention over the encoder's output, and an FFN.
+
+    Post-LN (``norm_first=False``)::
+
+        y = LayerNorm(y + Dropout(SelfAttention(y, causal and padding mask)))
+        y = LayerNorm(y + Dropout(CrossAttention(y, memory, source padding mask)))
+        y = LayerNorm(y + Dropout(FFN(y)))
+
+    Pre-LN applies each LayerNorm to the sub-layer's input instead. The cross-attention's
+    queries come from the decoder, its keys and values from the encoder's output ``memory``.
+
+    Shapes: ``y`` ``(B, n, d_model)``, ``memory`` ``(B, m, d_model)``; ``self_mask``
+    broadcastable to ``(B, h, n, n)`` (causal OR target padding); ``memory_mask`` to
+    ``(B, h, n, m)`` (source padding ``(B, 1, m)``). Returns ``(B, n, d_model)``, or with
+    ``need_weights=True`` ``(output, self_weights (B, h, n, n), cross_weights (B, h, n, m))``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        _check_probability("DecoderLayer", dropout)
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.norm1, self.norm2, self.norm3 = (LayerNorm(d_model, eps) for _ in range(3))
+        self.dropout1, self.dropout2, self.dropout3 = (nn.Dropout(dropout) for _ in range(3))
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def self_attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            out, weights = self.self_attn(h, h, h, self_mask, need_weights=need_weights)
+            return self.dropout1(out), weights
+
+        def cross_attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            out, weights = self.cross_attn(h, memory, memory, memory_mask, need_weights=need_weights)
+            return self.dropout2(out), weights
+
+        if self.norm_first:
+            attended, self_weights = self_attend(self.norm1(y))
+            y = y + attended
+            attended, cross_weights = cross_attend(self.norm2(y))
+            y = y + attended
+            y = y + self.dropout3(self.ffn(self.norm3(y)))
+        else:
+            attended, self_weights = self_attend(y)
+            y = self.norm1(y + attended)
+            attended, cross_weights = cross_attend(y)
+            y = self.norm2(y + attended)
+            y = self.norm3(y + self.dropout3(self.ffn(y)))
+        return (y, self_weights, cross_weights) if need_weights else y

@@ -1,0 +1,258 @@
+r"""The encoder-decoder Transformer (chapter 6).
+
+.. math::
+
+    \text{memory} = \operatorname{Encoder}(E_{src}[x] \sqrt{d_{\text{model}}} + PE), \qquad
+    P(y_t \mid y_{<t}, x) = \operatorname{softmax}\bigl(\operatorname{Decoder}(E_{tgt}[y_{<t}]
+    \sqrt{d_{\text{model}}} + PE,\ \text{memory})\, W_{out}\bigr)_{y_t}
+
+Sequence conventions: the decoder's input is the target shifted right by one with SOS in
+front (:func:`shift_right`), its output at position ``t`` predicts target token ``t``, and
+targets end with EOS and are padded with PAD, which the loss ignores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from transformer_book.layers import DecoderLayer, EncoderLayer, LayerNorm
+from transformer_book.masks import causal_mask, combine_masks, padding_mask
+from transformer_book.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+__all__ = ["Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_right"]
+
+
+def shift_right(targets: torch.Tensor, sos_id: int) -> torch.Tensor:
+    """The decoder's input for teacher forcing: SOS, then the targets without their last token.
+
+    ``[y_1, ..., y_n]`` becomes ``[SOS, y_1, ..., y_{n-1}]``, so that the output at position
+    ``t`` sees ``y_{<t}`` and is trained to predict ``y_t``.
+
+    Args:
+        targets: ``(B, n)`` integer ids (ending in EOS, then PAD).
+        sos_id: the start-of-sequence id.
+
+    Returns:
+        ``(B, n)`` integer ids.
+
+    Raises:
+        ValueError: if ``targets`` is not a 2-D integer tensor with at least one position.
+    """
+    if not isinstance(targets, torch.Tensor) or targets.dim() != 2 or targets.dtype.is_floating_point or targets.dtype == torch.bool:
+        what = f"shape {tuple(targets.shape)}, dtype {targets.dtype}" if isinstance(targets, torch.Tensor) else type(targets).__name__
+        raise ValueError(f"shift_right: targets must be a (B, n) integer tensor, got {what}")
+    if targets.shape[1] == 0:
+        raise ValueError("shift_right: targets have no positions")
+    sos = torch.full_like(targets[:, :1], sos_id)
+    return torch.cat([sos, targets[:, :-1]], dim=1)
+
+
+class Encoder(nn.Module):
+    """A stack of :class:`~transformer_book.layers.EncoderLayer`, with a final LayerNorm when
+    ``final_norm`` (default: only for pre-LN, whose last layer's output is otherwise unnormalised).
+
+    Shapes: ``x`` ``(B, n, d_model)``, ``mask`` ``(B, 1, n)`` (padding) -> ``(B, n, d_model)``.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        eps: float = 1e-5,
+        final_norm: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+            raise ValueError(f"Encoder: n_layers must be a positive int, got {n_layers!r}")
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first=norm_first, activation=activation, eps=eps)
+            for _ in range(n_layers)
+        )
+        self.norm = LayerNorm(d_model, eps) if (norm_first if final_norm is None else final_norm) else None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Decoder(nn.Module):
+    """A stack of :class:`~transformer_book.layers.DecoderLayer`, final LayerNorm as in :class:`Encoder`.
+
+    Shapes: ``y`` ``(B, n, d_model)``, ``memory`` ``(B, m, d_model)``, ``self_mask``
+    ``(B, n, n)`` or ``(n, n)``, ``memory_mask`` ``(B, 1, m)`` -> ``(B, n, d_model)``. With
+    ``need_weights=True`` also a list, one ``(self_weights, cross_weights)`` pair per layer.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        norm_first: bool = False,
+        activation: str = "relu",
+        eps: float = 1e-5,
+        final_norm: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+            raise ValueError(f"Decoder: n_layers must be a positive int, got {n_layers!r}")
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first=norm_first, activation=activation, eps=eps)
+            for _ in range(n_layers)
+        )
+        self.norm = LayerNorm(d_model, eps) if (norm_first if final_norm is None else final_norm) else None
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        weights = []
+        for layer in self.layers:
+            if need_weights:
+                y, self_w, cross_w = layer(y, memory, self_mask, memory_mask, need_weights=True)
+                weights.append((self_w, cross_w))
+            else:
+                y = layer(y, memory, self_mask, memory_mask)
+        y = self.norm(y) if self.norm is not None else y
+        return (y, weights) if need_weights else y
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of :class:`Transformer` (defaults: the 2017 paper's base model).
+
+    ``tie_output`` shares the target embedding with the output projection; ``share_embeddings``
+    also shares it with the source embedding (needs one vocabulary for both sides).
+    ``scale_embeddings`` multiplies embeddings by :math:`\\sqrt{d_{model}}` before adding positions.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1
+    max_len: int = 512
+    pad_id: int = 0
+    norm_first: bool = False
+    final_norm: bool | None = None
+    activation: str = "relu"
+    positional: str = "sinusoidal"
+    scale_embeddings: bool = True
+    tie_output: bool = True
+    share_embeddings: bool = False
+    eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
+                     "n_encoder_layers", "n_decoder_layers", "max_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TransformerConfig: {name} must be a positive int, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"TransformerConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"TransformerConfig: dropout must lie in [0, 1), got {self.dropout}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"TransformerConfig: positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(f"TransformerConfig: pad_id={self.pad_id} is outside the vocabularies")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "TransformerConfig: share_embeddings needs one vocabulary, got "
+                f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}"
+            )
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer: token ids in, next-token logits out.
+
+    ``forward(src, tgt_in)``: ``src`` ``(B, m)`` and ``tgt_in`` ``(B, n)`` integer ids (``tgt_in``
+    = :func:`shift_right` of the targets) -> logits ``(B, n, tgt_vocab_size)``. Padding masks
+    are made from ``config.pad_id``; the decoder's self-attention also gets the causal mask.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.src_embedding = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_embedding = (
+            self.src_embedding if c.share_embeddings
+            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        )
+        for embedding in {self.src_embedding, self.tgt_embedding}:
+            nn.init.normal_(embedding.weight, std=c.d_model**-0.5)  # unit variance once scaled
+            with torch.no_grad():
+                embedding.weight[c.pad_id].zero_()
+        if c.positional == "sinusoidal":
+            self.src_positional = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
+            self.tgt_positional = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
+        else:
+            self.src_positional = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
+            self.tgt_positional = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
+        layer_args = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout)
+        options = dict(norm_first=c.norm_first, activation=c.activation, eps=c.eps, final_norm=c.final_norm)
+        self.encoder = Encoder(c.n_encoder_layers, **layer_args, **options)
+        self.decoder = Decoder(c.n_decoder_layers, **layer_args, **options)
+        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        if c.tie_output:
+            self.output.weight = self.tgt_embedding.weight
+
+    def _embed(self, tokens: torch.Tensor, embedding: nn.Embedding, positional: nn.Module, name: str) -> torch.Tensor:
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+            what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise ValueError(f"Transformer: {name} must be a (B, length) integer tensor, got {what}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= embedding.num_embeddings):
+            raise ValueError(
+                f"Transformer: {name} holds ids in [{int(tokens.min())}, {int(tokens.max())}], "
+                f"outside the vocabulary [0, {embedding.num_embeddings})"
+            )
+        if tokens.shape[1] > self.config.max_len:
+            raise ValueError(
+                f"Transformer: {name} has length {tokens.shape[1]}, longer than max_len={self.config.max_len}"
+            )
+        x = embedding(tokens)
+        if self.config.scale_embeddings:
+            x = x * math.sqrt(self.config.d_model)
+        return positional(x)
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``src`` ``(B, m)`` -> ``(memory (B, m, d_model), src_mask (B, 1, m))``."""
+        src_mask = padding_mask(src, self.config.pad_id)
+        memory = self.encoder(self._embed(src, self.src_embedding, self.src_positional, "src"), src_mask)
+        return memory, src_mask
+
+    def decode(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None, *, need_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """``tgt_in`` ``(B, n)`` and the encoder's output -> decoder states ``(B, n, d_model)``
+        (and the per-layer attention weights with ``need_weights=True``)."""
+        target_padding = padding_mask(tgt_in, self.config.pad_id)  # also checks tgt_in is (B, n) integer
+        self_mask = combine_masks(target_padding, causal_mask(tgt_in.shape[1], device=tgt_in.device))
+        y = self._embed(tgt_in, self.tgt_embedding, self.tgt_positional, "tgt_in")
+        return self.decoder(y, memory, self_mask, src_mask, need_weights=need_weights)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        memory, src_mask = self.encode(src)
+        return self.output(self.decode(tgt_in, memory, src_mask))

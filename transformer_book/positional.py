@@ -1,0 +1,732 @@
+r"""Positional encodings (chapter 4).
+
+Attention is permutation equivariant: shuffle the tokens and the outputs shuffle with them.
+Word order must therefore be put in by hand. This module holds every encoding of the chapter:
+
+* :func:`sinusoidal_encoding` and :class:`SinusoidalPositionalEncoding` -- the fixed table of
+  Vaswani et al. (2017), added to the token embeddings,
+
+  .. math::
+
+      PE_{pos, 2i} = \sin(pos\,\omega_i), \qquad PE_{pos, 2i+1} = \cos(pos\,\omega_i),
+      \qquad \omega_i = \mathrm{base}^{-2i/d_{\text{model}}};
+
+* :func:`offset_matrix` -- the rotation :math:`M_k` behind the table's linear offset property
+  :math:`PE_{pos+k} = M_k\, PE_{pos}`, with :math:`M_k` independent of :math:`pos`;
+* :class:`LearnedPositionalEmbedding` -- one trained vector per absolute position (BERT, GPT-2);
+  it cannot extrapolate beyond the positions it was built with;
+* :class:`RelativePositionBias` and :func:`relative_position_bucket` -- T5's learned scalar per
+  head and bucket of the offset :math:`j - i`, added to the attention scores,
+  :math:`A = \operatorname{softmax}(QK^\top/\sqrt{d_k} + B)`;
+* :class:`RotaryEmbedding` -- RoFormer's rotary position embedding (RoPE): queries and keys are
+  rotated by position-dependent angles, so that :math:`q_m \cdot k_n` depends on :math:`m - n`
+  only;
+* :class:`LearnableFourierFeatures` -- Li et al.'s (2021) learnable Fourier features
+  :math:`[\cos(p W_r), \sin(p W_r)]/\sqrt{D}` followed by an MLP, for 1-D positions.
+
+Conventions. Feature pairs are *interleaved*: pair :math:`i` is the features
+:math:`(2i, 2i+1)`, both for the sinusoidal table and for the rotary embedding. (Some
+libraries, e.g. GPT-NeoX and Hugging Face's Llama, pair feature :math:`i` with
+:math:`i + d/2` instead; the mathematics is the same up to a fixed permutation of features.)
+Tables are created in float64 and then cast, so a float32 table is correctly rounded.
+Constant tables are registered buffers, so they follow ``module.to(device)``; they are
+non-persistent (rebuilt from the constructor's arguments, absent from ``state_dict``).
+
+References: Vaswani et al. 2017, *Attention Is All You Need*; Raffel et al. 2020, *Exploring
+the Limits of Transfer Learning with a Unified Text-to-Text Transformer* (T5); Su et al. 2021,
+*RoFormer: Enhanced Transformer with Rotary Position Embedding*; Li et al. 2021, *Learnable
+Fourier Features for Multi-Dimensional Spatial Positional Encoding*.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+from torch import nn
+
+__all__ = [
+    "sinusoidal_encoding",
+    "offset_matrix",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "relative_position_bucket",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "LearnableFourierFeatures",
+]
+
+
+# --------------------------------------------------------------------------- sinusoidal
+
+
+def _frequencies(d: int, base: float, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    r"""Frequencies :math:`\omega_i = \mathrm{base}^{-2i/d}`, :math:`0 \le i < d/2`: ``(d/2,)``."""
+    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d
+    return torch.pow(torch.tensor(float(base), dtype=torch.float64), -exponents).to(dtype)
+
+
+def sinusoidal_encoding(
+    n_positions: int,
+    d_model: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    r"""The sinusoidal position table of Vaswani et al. (2017), section 3.5.
+
+    .. math::
+
+        PE_{pos, 2i} = \sin\!\left(\frac{pos}{\mathrm{base}^{2i/d_{\text{model}}}}\right),
+        \qquad
+        PE_{pos, 2i+1} = \cos\!\left(\frac{pos}{\mathrm{base}^{2i/d_{\text{model}}}}\right)
+
+    Pair :math:`i` oscillates with angular frequency
+    :math:`\omega_i = \mathrm{base}^{-2i/d_{\text{model}}}`, i.e. wavelength
+    :math:`2\pi\,\mathrm{base}^{2i/d_{\text{model}}}`: from :math:`2\pi` for the first pair
+    (column 0 is :math:`\sin(pos)`) up to
+    :math:`2\pi\,\mathrm{base}^{(d_{\text{model}}-2)/d_{\text{model}}}` for the last one,
+    just short of :math:`2\pi \cdot \mathrm{base}` (:math:`10000 \cdot 2\pi` by default),
+    a geometric progression. Every entry lies in :math:`[-1, 1]`.
+
+    Args:
+        n_positions: number of positions (rows), an int :math:`\ge 1`.
+        d_model: model width (columns), an even int :math:`\ge 2`.
+        base: the base of the geometric progression of wavelengths, a real :math:`> 1`.
+        dtype: floating dtype of the result (computed in float64, then rounded).
+        device: where to put the result.
+
+    Returns:
+        Tensor of shape ``(n_positions, d_model)``; row ``pos`` is :math:`PE_{pos}`.
+
+    Raises:
+        ValueError: if ``n_positions``, ``d_model``, ``base`` or ``dtype`` is invalid.
+    """
+    where = "sinusoidal_encoding"
+    _check_int(n_positions, "n_positions", where, minimum=1)
+    _check_even(d_model, "d_model", where)
+    _check_base(base, where)
+    _check_float_dtype(dtype, where)
+    positions = torch.arange(n_positions, dtype=torch.float64)
+    angles = positions[:, None] * _frequencies(d_model, base)[None, :]  # (n, d/2)
+    pe = torch.empty(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)
+    return pe.to(device=device, dtype=dtype)
+
+
+def offset_matrix(
+    k: int | float,
+    d_model: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    r"""The linear map :math:`M_k` that shifts the sinusoidal encoding by ``k`` positions.
+
+    .. math::
+
+        PE_{pos+k} = M_k\, PE_{pos} \quad \text{for every } pos,
+
+    with :math:`PE_{pos}` a column vector. Derivation, pair by pair: by the angle-addition
+    identities, with :math:`a = pos\,\omega_i` and :math:`b = k\,\omega_i`,
+
+    .. math::
+
+        \sin(a + b) &= \cos b \,\sin a + \sin b \,\cos a, \\
+        \cos(a + b) &= -\sin b \,\sin a + \cos b \,\cos a,
+
+    so the pair :math:`(\sin a, \cos a)^\top` is mapped to
+    :math:`(\sin(a+b), \cos(a+b))^\top` by the :math:`2 \times 2` block
+
+    .. math::
+
+        \begin{pmatrix} \cos k\omega_i & \sin k\omega_i \\
+                        -\sin k\omega_i & \cos k\omega_i \end{pmatrix},
+        \qquad \omega_i = \mathrm{base}^{-2i/d_{\text{model}}},
+
+    and :math:`M_k` is block-diagonal with these blocks on features :math:`(2i, 2i+1)`.
+    The blocks contain :math:`k` but not :math:`pos`: one matrix shifts every position.
+    Each block is a rotation, so :math:`M_k` is orthogonal, :math:`M_k^\top = M_k^{-1} = M_{-k}`,
+    and :math:`M_j M_k = M_{j+k}`. For the row-per-position tables that
+    :func:`sinusoidal_encoding` returns the identity reads ``pe[pos + k] == pe[pos] @ M_k.T``.
+
+    (In the usual :math:`(x, y)` orientation each block turns a vector by the angle
+    :math:`-k\omega_i`, because the pair stores the sine first; :class:`RotaryEmbedding`
+    uses :math:`M_m^\top`, the counter-clockwise rotation by :math:`+m\theta_i` of RoFormer.)
+
+    Args:
+        k: the offset, an int or a finite real (negative offsets shift backwards).
+        d_model: model width, an even int :math:`\ge 2`.
+        base: as in :func:`sinusoidal_encoding`.
+        dtype: floating dtype of the result (computed in float64, then rounded).
+        device: where to put the result.
+
+    Returns:
+        Tensor of shape ``(d_model, d_model)``.
+
+    Raises:
+        ValueError: if ``k``, ``d_model``, ``base`` or ``dtype`` is invalid.
+    """
+    where = "offset_matrix"
+    if isinstance(k, bool) or not isinstance(k, Real) or not math.isfinite(float(k)):
+        raise ValueError(f"{where}: k must be a finite int or float, got {k!r}")
+    _check_even(d_model, "d_model", where)
+    _check_base(base, where)
+    _check_float_dtype(dtype, where)
+    angles = float(k) * _frequencies(d_model, base)  # (d/2,)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    idx = torch.arange(0, d_model, 2)
+    m[idx, idx] = cos
+    m[idx, idx + 1] = sin
+    m[idx + 1, idx] = -sin
+    m[idx + 1, idx + 1] = cos
+    return m.to(device=device, dtype=dtype)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    r"""Add the sinusoidal table to a batch of embeddings, then apply dropout.
+
+    .. math:: \text{output} = \operatorname{dropout}(X + PE_{0:n})
+
+    The table :math:`PE` of shape ``(max_len, d_model)`` (see :func:`sinusoidal_encoding`) is a
+    registered, non-persistent buffer named ``pe``: it moves with ``.to(device)`` and
+    ``.to(dtype)``, is not a parameter (nothing is learned) and is not saved in ``state_dict``
+    (it is rebuilt from the constructor's arguments).
+
+    Args:
+        d_model: model width, an even int :math:`\ge 2`.
+        max_len: the longest sequence accepted (rows of the table), an int :math:`\ge 1`.
+            The formula itself works for any position: build a longer module to go further.
+        dropout: dropout probability applied to the sum, in :math:`[0, 1]`.
+        base: as in :func:`sinusoidal_encoding`.
+
+    Shape:
+        input ``(..., n, d_model)`` with ``n <= max_len``; output the same shape, in the
+        input's dtype.
+    """
+
+    pe: torch.Tensor
+
+    def __init__(
+        self, d_model: int, max_len: int = 5000, dropout: float = 0.0, base: float = 10000.0
+    ) -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_even(d_model, "d_model", where)
+        _check_int(max_len, "max_len", where, minimum=1)
+        _check_dropout(dropout, where)
+        _check_base(base, where)
+        self.d_model = d_model
+        self.max_len = max_len
+        self.base = float(base)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model, base), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``dropout(x + pe[:n])`` for ``x`` of shape ``(..., n, d_model)``."""
+        n = _check_input(x, self.d_model, self.max_len, type(self).__name__)
+        return self.dropout(x + self.pe[:n].to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base:g}"
+
+
+# --------------------------------------------------------------------------- learned
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    r"""One learned vector per absolute position, added to the embeddings (BERT, GPT-2).
+
+    .. math:: \text{output}_{pos} = \operatorname{dropout}(x_{pos} + P_{pos}),
+        \qquad P \in \mathbb{R}^{\text{max\_len} \times d_{\text{model}}}
+
+    ``P`` is the weight of the ``nn.Embedding`` named ``embedding``, initialised
+    :math:`\mathcal{N}(0, 0.02^2)` as in GPT-2 and BERT.
+
+    This encoding **cannot extrapolate at all**: there is no row for a position
+    :math:`\ge` ``max_len``, so longer inputs raise ``ValueError``; and rows for positions
+    that never occurred in training stay at their random initialisation.
+
+    Args:
+        max_len: number of positions (rows), an int :math:`\ge 1`.
+        d_model: model width, an int :math:`\ge 1`.
+        dropout: dropout probability applied to the sum, in :math:`[0, 1]`.
+
+    Shape:
+        input ``(..., n, d_model)`` with ``n <= max_len``; output the same shape.
+    """
+
+    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_int(max_len, "max_len", where, minimum=1)
+        _check_int(d_model, "d_model", where, minimum=1)
+        _check_dropout(dropout, where)
+        self.max_len = max_len
+        self.d_model = d_model
+        self.embedding = nn.Embedding(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw the table from :math:`\\mathcal{N}(0, 0.02^2)`."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``dropout(x + P[0:n])`` for ``x`` of shape ``(..., n, d_model)``."""
+        n = _check_input(x, self.d_model, self.max_len, type(self).__name__)
+        positions = torch.arange(n, device=x.device)
+        return self.dropout(x + self.embedding(positions))
+
+    def extra_repr(self) -> str:
+        return f"max_len={self.max_len}, d_model={self.d_model}"
+
+
+# --------------------------------------------------------------------------- relative (T5)
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> torch.Tensor:
+    r"""T5's bucket of a relative position :math:`r = j - i` (key minus query).
+
+    Let :math:`B` be the number of buckets available to one direction: ``num_buckets // 2``
+    when ``bidirectional``, else ``num_buckets``. The distance :math:`\delta` is
+
+    * bidirectional: :math:`\delta = |r|`, and offsets :math:`r > 0` (keys after the query)
+      use buckets :math:`B, \dots, 2B-1`, offsets :math:`r \le 0` buckets :math:`0, \dots, B-1`;
+    * unidirectional (causal): :math:`\delta = \max(-r, 0)`, so every future key
+      (:math:`r > 0`, masked anyway in a decoder) shares bucket 0 with :math:`r = 0`.
+
+    Within a direction, with :math:`E = \lfloor B/2 \rfloor` exact buckets,
+
+    .. math::
+
+        \operatorname{bucket}(\delta) = \begin{cases}
+            \delta & \delta < E, \\
+            \min\!\left(B - 1,\; E + \left\lfloor
+                \dfrac{\ln(\delta / E)}{\ln(\text{max\_distance} / E)}\,(B - E)
+            \right\rfloor\right) & \delta \ge E,
+        \end{cases}
+
+    i.e. half the buckets hold one small distance each, the other half cover
+    :math:`[E, \text{max\_distance})` in logarithmically growing ranges, and every distance
+    :math:`\ge` ``max_distance`` falls into the last bucket. The bucket is non-decreasing
+    in :math:`\delta`. The logarithm is evaluated in float32, as in T5's reference code, so
+    the buckets agree with T5 checkpoints.
+
+    Args:
+        relative_position: integer tensor of any shape holding :math:`j - i`.
+        bidirectional: ``True`` for an encoder (both signs distinguished), ``False`` for
+            a causal decoder.
+        num_buckets: total number of buckets; even and :math:`\ge 4` when bidirectional,
+            :math:`\ge 2` otherwise.
+        max_distance: distances from here on share the last bucket; must exceed :math:`E`.
+
+    Returns:
+        ``torch.long`` tensor of the shape of ``relative_position``, values in
+        ``[0, num_buckets)``.
+
+    Raises:
+        ValueError: for a non-integer tensor or invalid bucket settings.
+    """
+    where = "relative_position_bucket"
+    if not isinstance(relative_position, torch.Tensor):
+        raise ValueError(
+            f"{where}: relative_position must be an integer torch.Tensor, "
+            f"got {type(relative_position).__name__}"
+        )
+    if (
+        relative_position.dtype.is_floating_point
+        or relative_position.dtype.is_complex
+        or relative_position.dtype == torch.bool
+    ):
+        raise ValueError(
+            f"{where}: relative_position must hold integers, got dtype {relative_position.dtype}"
+        )
+    per_direction, exact = _check_buckets(bidirectional, num_buckets, max_distance, where)
+    r = relative_position.long()
+    bucket = torch.zeros_like(r)
+    if bidirectional:
+        bucket = bucket + (r > 0).long() * per_direction
+        distance = r.abs()
+    else:
+        distance = (-r).clamp_min(0)
+    # Logarithmic region; the clamp keeps log() away from 0 where the exact branch is used.
+    scaled = torch.log(distance.clamp_min(exact).float() / exact) / math.log(max_distance / exact)
+    large = exact + (scaled * (per_direction - exact)).long()
+    large = large.clamp_max(per_direction - 1)
+    return bucket + torch.where(distance < exact, distance, large)
+
+
+class RelativePositionBias(nn.Module):
+    r"""T5's relative position bias: a learned scalar per head and bucket of :math:`j - i`.
+
+    .. math::
+
+        B_{h, i, j} = b_{h,\, \operatorname{bucket}(j - i)}, \qquad
+        A_h = \operatorname{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}} + B_h\right)
+
+    The table :math:`b` is the transposed weight of the ``nn.Embedding(num_buckets, n_heads)``
+    named ``embedding`` (initialised :math:`\mathcal{N}(0, 0.02^2)`); buckets come from
+    :func:`relative_position_bucket`. Within one head, :math:`B_{h,i,j}` depends on
+    :math:`j - i` only (a Toeplitz matrix). Nothing depends on absolute positions, so the bias
+    extends to any ``n`` and ``m``: distances beyond ``max_distance`` simply share the last
+    bucket.
+
+    The output ``(n_heads, n, m)`` broadcasts against scores ``(B, n_heads, n, m)``: pass it as
+    ``bias=`` to :func:`transformer_book.attention.scaled_dot_product_attention`.
+
+    Args:
+        n_heads: number of attention heads, an int :math:`\ge 1`.
+        num_buckets, max_distance, bidirectional: see :func:`relative_position_bucket`.
+    """
+
+    relative_position_bucket = staticmethod(relative_position_bucket)
+
+    def __init__(
+        self,
+        n_heads: int,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+    ) -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_int(n_heads, "n_heads", where, minimum=1)
+        _check_buckets(bidirectional, num_buckets, max_distance, where)
+        self.n_heads = n_heads
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = bool(bidirectional)
+        self.embedding = nn.Embedding(num_buckets, n_heads)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw the bias table from :math:`\\mathcal{N}(0, 0.02^2)`."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
+
+    def buckets(self, n: int, m: int) -> torch.Tensor:
+        """The bucket of every (query ``i``, key ``j``) pair, ``torch.long`` of shape ``(n, m)``."""
+        where = type(self).__name__
+        _check_int(n, "n", where, minimum=1)
+        _check_int(m, "m", where, minimum=1)
+        device = self.embedding.weight.device
+        query = torch.arange(n, device=device)[:, None]
+        key = torch.arange(m, device=device)[None, :]
+        return relative_position_bucket(
+            key - query, self.bidirectional, self.num_buckets, self.max_distance
+        )
+
+    def forward(self, n: int, m: int) -> torch.Tensor:
+        """Return the bias of shape ``(n_heads, n, m)`` for ``n`` queries and ``m`` keys."""
+        return self.embedding(self.buckets(n, m)).permute(2, 0, 1)  # (n, m, h) -> (h, n, m)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_heads={self.n_heads}, num_buckets={self.num_buckets}, "
+            f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+        )
+
+
+# --------------------------------------------------------------------------- rotary
+
+
+class RotaryEmbedding(nn.Module):
+    r"""Rotary position embedding (RoPE) of Su et al. (2021), RoFormer, section 3.4.
+
+    Feature pair :math:`i` (features :math:`2i, 2i+1`, interleaved) of a vector at position
+    :math:`m` is turned counter-clockwise by the angle :math:`m\theta_i`,
+    :math:`\theta_i = \mathrm{base}^{-2i/d_{\text{head}}}`:
+
+    .. math::
+
+        \begin{pmatrix} x'_{2i} \\ x'_{2i+1} \end{pmatrix} =
+        \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\
+                        \sin m\theta_i & \cos m\theta_i \end{pmatrix}
+        \begin{pmatrix} x_{2i} \\ x_{2i+1} \end{pmatrix},
+        \qquad x' = R_m x .
+
+    :math:`R_m` is block-diagonal and orthogonal, with :math:`R_m^\top R_n = R_{n-m}`; in terms
+    of :func:`offset_matrix` (same frequencies, same pairing),
+    :math:`R_m = M_m^\top = M_{-m}` -- for row vectors, ``rotate(x, m) == x @ offset_matrix(m)``.
+    Applied to queries and keys (not values), it makes the score depend on the offset only:
+
+    .. math:: (R_m q)^\top (R_n k) = q^\top R_{n-m}\, k .
+
+    Norms are preserved, and position 0 is the identity. Angles are computed in float32
+    (float64 for float64 inputs, from a float64 recomputation of :math:`\theta`), then
+    :math:`\cos` and :math:`\sin` are cast to the input's dtype.
+
+    Args:
+        d_head: features per head, an even int :math:`\ge 2`.
+        base: base of the geometric progression of :math:`\theta_i`, a real :math:`> 1`.
+
+    Buffers:
+        ``inv_freq``: :math:`\theta_i`, shape ``(d_head/2,)``, float32, non-persistent.
+
+    Shape:
+        ``x``: ``(..., n, d_head)``; ``positions``: ``(n,)`` or broadcastable to ``(..., n)``;
+        output: the shape and dtype of ``x``.
+    """
+
+    inv_freq: torch.Tensor
+
+    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_even(d_head, "d_head", where)
+        _check_base(base, where)
+        self.d_head = d_head
+        self.base = float(base)
+        self.register_buffer(
+            "inv_freq", _frequencies(d_head, base, torch.float32), persistent=False
+        )
+
+    def rotation_angles(
+        self, positions: torch.Tensor, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
+        r"""The angles :math:`m\,\theta_i`, shape ``(*positions.shape, d_head/2)``.
+
+        Computed in ``dtype`` (default: float64 for float64 ``positions``, else float32).
+        """
+        where = type(self).__name__
+        if not isinstance(positions, torch.Tensor):
+            raise ValueError(
+                f"{where}: positions must be a torch.Tensor, got {type(positions).__name__}"
+            )
+        if positions.dtype.is_complex or positions.dtype == torch.bool:
+            raise ValueError(
+                f"{where}: positions must be real numbers, got dtype {positions.dtype}"
+            )
+        if dtype is None:
+            dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
+        if dtype == torch.float64:
+            # The buffer holds float32 values (even after .double()); recompute exactly.
+            inv_freq = _frequencies(self.d_head, self.base).to(positions.device)
+        else:
+            inv_freq = self.inv_freq.to(device=positions.device, dtype=dtype)
+        return positions.to(dtype)[..., None] * inv_freq
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Rotate ``x`` of shape ``(..., n, d_head)``; ``positions`` default to ``0, ..., n-1``."""
+        where = type(self).__name__
+        if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+            what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{where}: x must be a floating-point tensor, got {what}")
+        if x.dim() < 2 or x.shape[-1] != self.d_head:
+            raise ValueError(
+                f"{where}: x must have shape (..., n, d_head={self.d_head}), "
+                f"got shape {tuple(x.shape)}"
+            )
+        n = x.shape[-2]
+        if positions is None:
+            positions = torch.arange(n, device=x.device)
+        elif (
+            not isinstance(positions, torch.Tensor)
+            or positions.dim() < 1
+            or positions.shape[-1] != n
+        ):
+            what = _describe(positions)
+            raise ValueError(f"{where}: positions must have shape (..., n={n}), got {what}")
+        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        angles = self.rotation_angles(positions.to(x.device), dtype=compute)  # (..., n, d/2)
+        cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+        return rotated.flatten(-2)  # interleave back: (..., n, d/2, 2) -> (..., n, d)
+
+    def extra_repr(self) -> str:
+        return f"d_head={self.d_head}, base={self.base:g}"
+
+
+# --------------------------------------------------------------------------- Fourier features
+
+
+class LearnableFourierFeatures(nn.Module):
+    r"""Learnable Fourier features (Li et al. 2021), here for 1-D positions.
+
+    .. math::
+
+        r_p = \frac{1}{\sqrt{D}} \bigl[\cos(p\, W_r) \,\Vert\, \sin(p\, W_r)\bigr],
+        \qquad PE_p = W_2\, \operatorname{GELU}(W_1 r_p + b_1) + b_2,
+
+    with :math:`W_r \in \mathbb{R}^{D/2}` the learnable frequencies (the weight of the
+    ``nn.Linear(1, D/2, bias=False)`` named ``w_r``, initialised
+    :math:`\mathcal{N}(0, \gamma^{-2})`), :math:`D` = ``n_features``, and an MLP ``mlp``
+    (Linear → GELU → Linear) to ``d_model``. The sinusoidal table is the special case of fixed,
+    geometrically spaced frequencies without the MLP; here the frequencies are trained, and
+    :math:`\gamma` sets their initial scale (small :math:`\gamma`, high frequencies).
+    Positions are used as given (0, 1, 2, ...), so any position has an encoding.
+
+    Args:
+        d_model: model width, an int :math:`\ge 1`.
+        n_features: :math:`D`, an even int :math:`\ge 2`.
+        hidden: hidden width of the MLP, an int :math:`\ge 1`.
+        gamma: :math:`\gamma > 0`; the frequencies start with standard deviation
+            :math:`1/\gamma`.
+        max_len: if given, ``forward`` refuses sequences longer than this (to keep a model
+            within the lengths it was trained on); ``None`` accepts any length.
+
+    Shape:
+        ``forward``: ``(..., n, d_model)`` to the same shape; ``encode``: positions ``(n,)``
+        to ``(n, d_model)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_features: int = 64,
+        hidden: int = 64,
+        gamma: float = 1.0,
+        max_len: int | None = None,
+    ) -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_int(d_model, "d_model", where, minimum=1)
+        _check_even(n_features, "n_features", where)
+        _check_int(hidden, "hidden", where, minimum=1)
+        if (
+            isinstance(gamma, bool)
+            or not isinstance(gamma, Real)
+            or not math.isfinite(float(gamma))
+            or gamma <= 0
+        ):
+            raise ValueError(f"{where}: gamma must be a finite real > 0, got {gamma!r}")
+        if max_len is not None:
+            _check_int(max_len, "max_len", where, minimum=1)
+        self.d_model = d_model
+        self.n_features = n_features
+        self.hidden = hidden
+        self.gamma = float(gamma)
+        self.max_len = max_len
+        self.w_r = nn.Linear(1, n_features // 2, bias=False)
+        self.mlp = nn.Sequential(
+            nn.Linear(n_features, hidden), nn.GELU(), nn.Linear(hidden, d_model)
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        r"""Draw :math:`W_r` from :math:`\mathcal{N}(0, \gamma^{-2})` (the MLP keeps PyTorch's)."""
+        nn.init.normal_(self.w_r.weight, mean=0.0, std=1.0 / self.gamma)
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor:
+        """The encoding of ``positions`` (shape ``(n,)``, any real values): ``(n, d_model)``."""
+        where = type(self).__name__
+        if not isinstance(positions, torch.Tensor) or positions.dim() != 1:
+            what = _describe(positions)
+            raise ValueError(f"{where}: positions must be a 1-D tensor (n,), got {what}")
+        if positions.dtype.is_complex or positions.dtype == torch.bool:
+            raise ValueError(
+                f"{where}: positions must be real numbers, got dtype {positions.dtype}"
+            )
+        weight = self.w_r.weight
+        p = positions.to(device=weight.device, dtype=weight.dtype)[:, None]  # (n, 1)
+        projected = self.w_r(p)  # (n, D/2) = p W_r
+        features = torch.cat((torch.cos(projected), torch.sin(projected)), dim=-1)
+        return self.mlp(features / math.sqrt(self.n_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x + PE[0:n]`` for ``x`` of shape ``(..., n, d_model)``."""
+        n = _check_input(x, self.d_model, self.max_len, type(self).__name__)
+        return x + self.encode(torch.arange(n, device=x.device))
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_features={self.n_features}, hidden={self.hidden}, "
+            f"gamma={self.gamma:g}, max_len={self.max_len}"
+        )
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_int(value: object, name: str, where: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_even(value: object, name: str, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value % 2:
+        raise ValueError(f"{where}: {name} must be an even int >= 2, got {value!r}")
+
+
+def _check_base(base: object, where: str) -> None:
+    if (
+        isinstance(base, bool)
+        or not isinstance(base, Real)
+        or not math.isfinite(float(base))
+        or base <= 1
+    ):
+        raise ValueError(f"{where}: base must be a finite real > 1, got {base!r}")
+
+
+def _check_float_dtype(dtype: object, where: str) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{where}: dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_dropout(p: object, where: str) -> None:
+    if isinstance(p, bool) or not isinstance(p, Real) or not 0.0 <= float(p) <= 1.0:
+        raise ValueError(f"{where}: dropout must be a probability in [0, 1], got {p!r}")
+
+
+def _check_buckets(
+    bidirectional: object, num_buckets: object, max_distance: object, where: str
+) -> tuple[int, int]:
+    """Validate T5 bucket settings; return (buckets per direction, exact buckets)."""
+    if not isinstance(bidirectional, bool):
+        raise ValueError(f"{where}: bidirectional must be a bool, got {bidirectional!r}")
+    if bidirectional:
+        if (
+            isinstance(num_buckets, bool)
+            or not isinstance(num_buckets, int)
+            or num_buckets < 4
+            or num_buckets % 2
+        ):
+            raise ValueError(
+                f"{where}: num_buckets must be an even int >= 4 when bidirectional, "
+                f"got {num_buckets!r}"
+            )
+        per_direction = num_buckets // 2
+    else:
+        _check_int(num_buckets, "num_buckets", where, minimum=2)
+        per_direction = num_buckets
+    exact = per_direction // 2
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= exact:
+        raise ValueError(
+            f"{where}: max_distance must be an int > {exact} (the exact buckets), "
+            f"got {max_distance!r}"
+        )
+    return per_direction, exact
+
+
+def _describe(value: object) -> object:
+    """A tensor's shape, or any other object's type name, for error messages."""
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _check_input(x: object, d_model: int, max_len: int | None, where: str) -> int:
+    """Check ``x`` is ``(..., n, d_model)`` with ``n <= max_len``; return ``n``."""
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{where}: x must be a floating-point tensor, got {what}")
+    if x.dim() < 2 or x.shape[-1] != d_model:
+        raise ValueError(
+            f"{where}: x must have shape (..., n, d_model={d_model}), got shape {tuple(x.shape)}"
+        )
+    n = x.shape[-2]
+    if max_len is not None and n > max_len:
+        raise ValueError(
+            f"{where}: sequence length n={n} exceeds max_len={max_len}; build the module with "
+            f"max_len >= {n}"
+        )
+    return n

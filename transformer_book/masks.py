@@ -85,19 +85,19 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     Raises:
         ValueError: if a mask is not boolean or the shapes do not broadcast.
     """
-    present = [m for m in masks if m is not None]
-    for m in present:
-        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
-            what = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
+    present = [each for each in masks if each is not None]
+    for each in present:
+        if not isinstance(each, torch.Tensor) or each.dtype != torch.bool:
+            what = each.dtype if isinstance(each, torch.Tensor) else type(each).__name__
             raise ValueError(f"combine_masks: masks must be boolean tensors (True = excluded), got {what}")
     if not present:
         return None
     try:
-        torch.broadcast_shapes(*(m.shape for m in present))
+        torch.broadcast_shapes(*(each.shape for each in present))
     except RuntimeError:
-        shapes = ", ".join(str(tuple(m.shape)) for m in present)
+        shapes = ", ".join(str(tuple(each.shape)) for each in present)
         raise ValueError(f"combine_masks: mask shapes {shapes} do not broadcast together") from None
     combined = present[0]
-    for m in present[1:]:
-        combined = combined | m
+    for each in present[1:]:
+        combined = combined | each
     return combined

@@ -323,12 +323,13 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise ValueError(f"MultiHeadAttention: mask must be boolean (True = key excluded), got {what}")
-        if mask.dim() == 3:
-            mask = mask.unsqueeze(1)
-        elif mask.dim() not in (2, 4):
+        if mask.dim() not in (2, 3, 4):
             raise ValueError(
                 f"MultiHeadAttention: mask must have shape (n, m), (B, 1, m), (B, n, m) or (B, h, n, m), "
                 f"got {tuple(mask.shape)}"
             )
+        if mask.dim() == 3:  # per batch element: check against (B, n, m), then add the head axis
+            _check_mask(mask, torch.Size((batch, n, m)), "MultiHeadAttention")
+            return mask.unsqueeze(1)
         _check_mask(mask, torch.Size((batch, self.n_heads, n, m)), "MultiHeadAttention")
         return mask

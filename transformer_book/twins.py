@@ -20,6 +20,7 @@ __all__ = ["torch_multihead_attention", "torch_encoder_layer", "torch_decoder_la
 
 
 def _like(source: nn.Module, twin: nn.Module) -> nn.Module:
+    """Move ``twin`` to ``source``'s dtype and device (before copying, so nothing is rounded)."""
     parameter = next(source.parameters())
     return twin.to(device=parameter.device, dtype=parameter.dtype)
 
@@ -55,11 +56,11 @@ def _copy_ffn(source: PositionwiseFeedForward, target: nn.Module) -> None:
 def torch_multihead_attention(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """``nn.MultiheadAttention(batch_first=True)`` with ``mha``'s weights: ``in_proj_weight``
     stacks :math:`[W^Q; W^K; W^V]`, ``out_proj`` is :math:`W^O`."""
-    twin = nn.MultiheadAttention(
+    twin = _like(mha, nn.MultiheadAttention(
         mha.d_model, mha.n_heads, dropout=mha.dropout, batch_first=True, kdim=mha.kdim, vdim=mha.vdim
-    )
+    ))
     _copy_attention(mha, twin)
-    return _like(mha, twin.train(mha.training))
+    return twin.train(mha.training)
 
 
 def _layer_options(layer: EncoderLayer | DecoderLayer) -> dict:
@@ -78,23 +79,23 @@ def _layer_options(layer: EncoderLayer | DecoderLayer) -> dict:
 
 def torch_encoder_layer(layer: EncoderLayer) -> nn.TransformerEncoderLayer:
     """``nn.TransformerEncoderLayer`` with ``layer``'s weights and norm placement."""
-    twin = nn.TransformerEncoderLayer(**_layer_options(layer))
+    twin = _like(layer, nn.TransformerEncoderLayer(**_layer_options(layer)))
     _copy_attention(layer.self_attn, twin.self_attn)
     _copy_ffn(layer.ffn, twin)
     _copy_norm(layer.norm1, twin.norm1)
     _copy_norm(layer.norm2, twin.norm2)
-    return _like(layer, twin.train(layer.training))
+    return twin.train(layer.training)
 
 
 def torch_decoder_layer(layer: DecoderLayer) -> nn.TransformerDecoderLayer:
     """``nn.TransformerDecoderLayer`` with ``layer``'s weights (``cross_attn`` -> ``multihead_attn``)."""
-    twin = nn.TransformerDecoderLayer(**_layer_options(layer))
+    twin = _like(layer, nn.TransformerDecoderLayer(**_layer_options(layer)))
     _copy_attention(layer.self_attn, twin.self_attn)
     _copy_attention(layer.cross_attn, twin.multihead_attn)
     _copy_ffn(layer.ffn, twin)
     for name in ("norm1", "norm2", "norm3"):
         _copy_norm(getattr(layer, name), getattr(twin, name))
-    return _like(layer, twin.train(layer.training))
+    return twin.train(layer.training)
 
 
 def torch_transformer(encoder: Encoder, decoder: Decoder) -> nn.Transformer:
@@ -122,7 +123,7 @@ def torch_transformer(encoder: Encoder, decoder: Decoder) -> nn.Transformer:
         norm=nn.LayerNorm(decoder.norm.d_model, eps=decoder.norm.eps),
     )
     options = _layer_options(encoder.layers[0])
-    twin = nn.Transformer(custom_encoder=encoder_twin, custom_decoder=decoder_twin, **options)
+    twin = _like(encoder, nn.Transformer(custom_encoder=encoder_twin, custom_decoder=decoder_twin, **options))
     # nn.Transformer re-initialises every parameter it holds, so copy the weights afterwards.
     for ours, theirs in zip(encoder.layers, twin.encoder.layers):
         theirs.load_state_dict(torch_encoder_layer(ours).state_dict())
@@ -130,4 +131,4 @@ def torch_transformer(encoder: Encoder, decoder: Decoder) -> nn.Transformer:
         theirs.load_state_dict(torch_decoder_layer(ours).state_dict())
     _copy_norm(encoder.norm, twin.encoder.norm)
     _copy_norm(decoder.norm, twin.decoder.norm)
-    return _like(encoder, twin.train(encoder.training))
+    return twin.train(encoder.training)

@@ -420,3 +420,25 @@ def test_tiny_transformer_learns_to_reverse():
     with torch.no_grad():
         predicted = model(src, tgt_in).argmax(-1)
     assert torch.equal(predicted, targets)
+
+
+def test_seeded_initialisation_is_repeatable_across_processes() -> None:
+    """The same seed gives the same weights, in another process too (where any dependence on
+    memory addresses, such as iterating a set of modules, would show)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import torch, hashlib\n"
+        "from transformer_book.models import Transformer, TransformerConfig\n"
+        "torch.manual_seed(0)\n"
+        "m = Transformer(TransformerConfig(11, 13, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1,"
+        " n_decoder_layers=1, tie_output=False))\n"
+        "h = hashlib.sha256()\n"
+        "for name, t in sorted(m.state_dict().items()):\n"
+        "    h.update(name.encode()); h.update(t.detach().numpy().tobytes())\n"
+        "print(h.hexdigest())\n"
+    )
+    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+               for _ in range(4)}
+    assert len(digests) == 1, digests

@@ -201,7 +201,9 @@ class Transformer(nn.Module):
             self.src_embedding if c.share_embeddings
             else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
         )
-        for embedding in {self.src_embedding, self.tgt_embedding}:
+        # dict.fromkeys: each distinct embedding once, in a fixed order (a set's order would
+        # follow memory addresses and make seeded initialisation differ between runs).
+        for embedding in dict.fromkeys([self.src_embedding, self.tgt_embedding]):
             nn.init.normal_(embedding.weight, std=c.d_model**-0.5)  # unit variance once scaled
             with torch.no_grad():
                 embedding.weight[c.pad_id].zero_()

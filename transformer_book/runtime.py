@@ -163,7 +163,9 @@ class SourceListing:
         return self.first_line + self.source.count("\n") - (1 if self.source.endswith("\n") else 0)
 
     def _caption(self) -> str:
-        return f"{self.qualname}  ({self.path}, lines {self.first_line}-{self.last_line})"
+        # No line numbers: they shift with every edit above the object, and the stored
+        # notebook outputs would go stale although the code shown did not change.
+        return f"{self.qualname}  ({self.path})"
 
     def _repr_markdown_(self) -> str:
         return f"`{self._caption()}`\n\n```python\n{self.source.rstrip()}\n```\n"

@@ -22,14 +22,7 @@ F64 = torch.float64
 TOL = dict(rtol=1e-10, atol=1e-12)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread is fastest, and avoids oversubscribing the CPU when
-    pytest-xdist runs one worker per core (and makes float sums independent of the core count)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _randn(*shape, seed=0, requires_grad=False):

@@ -51,6 +51,29 @@ def shift_right(targets: torch.Tensor, sos_id: int) -> torch.Tensor:
     return torch.cat([sos, targets[:, :-1]], dim=1)
 
 
+def _stack(
+    layer: type[EncoderLayer] | type[DecoderLayer],
+    n_layers: int,
+    d_model: int,
+    n_heads: int,
+    d_ff: int,
+    dropout: float,
+    norm_first: bool,
+    activation: str,
+    eps: float,
+    final_norm: bool | None,
+) -> tuple[nn.ModuleList, LayerNorm | None]:
+    """``n_layers`` fresh layers, and the final LayerNorm (by default only for pre-LN)."""
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"{layer.__name__} stack: n_layers must be a positive int, got {n_layers!r}")
+    layers = nn.ModuleList(
+        layer(d_model, n_heads, d_ff, dropout, norm_first=norm_first, activation=activation, eps=eps)
+        for _ in range(n_layers)
+    )
+    norm = LayerNorm(d_model, eps) if (norm_first if final_norm is None else final_norm) else None
+    return layers, norm
+
+
 class Encoder(nn.Module):
     """A stack of :class:`~transformer_book.layers.EncoderLayer`, with a final LayerNorm when
     ``final_norm`` (default: only for pre-LN, whose last layer's output is otherwise unnormalised).
@@ -72,13 +95,9 @@ class Encoder(nn.Module):
         final_norm: bool | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-            raise ValueError(f"Encoder: n_layers must be a positive int, got {n_layers!r}")
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first=norm_first, activation=activation, eps=eps)
-            for _ in range(n_layers)
+        self.layers, self.norm = _stack(
+            EncoderLayer, n_layers, d_model, n_heads, d_ff, dropout, norm_first, activation, eps, final_norm
         )
-        self.norm = LayerNorm(d_model, eps) if (norm_first if final_norm is None else final_norm) else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
@@ -108,13 +127,9 @@ class Decoder(nn.Module):
         final_norm: bool | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-            raise ValueError(f"Decoder: n_layers must be a positive int, got {n_layers!r}")
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first=norm_first, activation=activation, eps=eps)
-            for _ in range(n_layers)
+        self.layers, self.norm = _stack(
+            DecoderLayer, n_layers, d_model, n_heads, d_ff, dropout, norm_first, activation, eps, final_norm
         )
-        self.norm = LayerNorm(d_model, eps) if (norm_first if final_norm is None else final_norm) else None
 
     def forward(
         self,

@@ -124,9 +124,10 @@ class EncoderLayer(nn.Module):
         dropout: on attention weights, inside the FFN and on each sub-layer's output.
         norm_first: pre-LN if True, post-LN if False.
 
-    Shapes: ``x`` ``(B, n, d_model)``; ``mask`` as for :class:`MultiHeadAttention`
-    (typically the padding mask ``(B, 1, n)``). Returns ``(B, n, d_model)``, or
-    ``(output, weights (B, h, n, n))`` with ``need_weights=True``.
+    Shapes: ``x`` ``(B, n, d_model)``; ``mask`` as for
+    :class:`~transformer_book.attention.MultiHeadAttention` (typically the padding mask
+    ``(B, 1, n)``). Returns ``(B, n, d_model)``, or ``(output, weights (B, h, n, n))`` with
+    ``need_weights=True``.
     """
 
     def __init__(

@@ -30,12 +30,14 @@ __all__ = [
     "by_profile",
     "select_device",
     "seed_everything",
+    "device_description",
     "environment_summary",
     "show_source",
     "SourceListing",
 ]
 
 PROFILES = ("full", "quick")
+"""The run profiles that ``TB_PROFILE`` may name, the default first (see :func:`profile`)."""
 T = TypeVar("T")
 
 
@@ -121,6 +123,14 @@ def seed_everything(seed: int, *, deterministic: bool = True, threads: int | Non
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def device_description(device: torch.device) -> str:
+    """The device in words: ``cpu``, ``mps`` or ``cuda (<GPU name>)``."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda ({torch.cuda.get_device_name(index)})"
+    return device.type
+
+
 def environment_summary(device: torch.device | None = None) -> str:
     """A few lines saying what a chapter runs on: versions, device, profile, threads, data.
 
@@ -130,17 +140,12 @@ def environment_summary(device: torch.device | None = None) -> str:
     from transformer_book import __version__
 
     device = device or select_device()
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        device_text = f"cuda ({torch.cuda.get_device_name(index)})"
-    else:
-        device_text = device.type
     rows = [
         ("transformer_book", __version__),
         ("python", platform.python_version()),
         ("torch", torch.__version__),
         ("numpy", np.__version__),
-        ("device", device_text),
+        ("device", device_description(device)),
         ("profile", profile()),
         ("torch threads", str(torch.get_num_threads())),
         ("data directory", os.environ.get("TB_DATA_DIR") or "(none: downloads into the cache)"),

@@ -62,7 +62,7 @@ class Corpus:
         """Return the file called ``name``.
 
         Raises:
-            UnknownFileError (a KeyError): no such file; the message lists the available ones.
+            UnknownFileError: no such file (a KeyError); the message lists the available ones.
         """
         for remote in self.files:
             if remote.name == name:
@@ -213,8 +213,8 @@ def get_corpus(name: str) -> Corpus:
     """Return the registered corpus called ``name``.
 
     Raises:
-        UnknownCorpusError (a KeyError and ValueError): the message names ``name`` and lists
-            the known corpora.
+        UnknownCorpusError: no such corpus (a KeyError and ValueError); the message names
+            ``name`` and lists the known corpora.
     """
     try:
         return CORPORA[name]

@@ -1,0 +1,259 @@
+"""Tests of transformer_book.results (recording the chapters' headline numbers) and of the
+committed results files that the book's Results page is built from."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import transformer_book
+from transformer_book import results
+from transformer_book.results import default_results_dir, load_references, load_results, record
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "book" / "results"
+NOTEBOOKS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+
+ENTRY = dict(dataset="Tiny Shakespeare (characters)", split="validation: last 10%", unit="nats/char",
+             higher_is_better=False)
+
+
+@pytest.fixture
+def full(monkeypatch, tmp_path):
+    """The full profile, with TB_RESULTS_DIR pointing into a temporary folder."""
+    monkeypatch.setenv("TB_PROFILE", "full")
+    monkeypatch.setenv("TB_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.delenv("TB_DEVICE", raising=False)
+    return tmp_path / "results"
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------------------
+# record
+# --------------------------------------------------------------------------------------
+
+
+def test_record_writes_a_complete_entry_in_the_full_profile(full):
+    path = record("02_masks", "validation loss", 2.0, wall_time_s=12.5, notes="256 windows", device="cpu", **ENTRY)
+    assert path == full / "02_masks.json"
+    document = _read(path)
+    assert document["schema_version"] == results.SCHEMA_VERSION
+    (entry,) = document["entries"]
+    assert set(entry) == set(results.REQUIRED_KEYS)
+    assert entry["value"] == 2.0 and isinstance(entry["value"], float)
+    assert entry["profile"] == "full" and entry["device"] == "cpu"
+    assert entry["torch_version"] == torch.__version__
+    assert entry["package_version"] == transformer_book.__version__
+    assert entry["wall_time_s"] == 12.5 and entry["notes"] == "256 windows"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", entry["recorded_at"])
+    assert load_results(full) == [entry]
+
+
+def test_record_writes_nothing_in_the_quick_profile(full):
+    full.parent.joinpath("marker").write_text("")  # the temporary folder, before
+    before = sorted(p.name for p in full.parent.iterdir())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TB_PROFILE", "quick")
+        assert record("02_masks", "validation loss", 2.0, **ENTRY) is None
+    assert sorted(p.name for p in full.parent.iterdir()) == before
+    assert not full.exists()
+
+
+def test_record_still_checks_its_arguments_in_the_quick_profile(full, monkeypatch):
+    monkeypatch.setenv("TB_PROFILE", "quick")
+    with pytest.raises(ValueError, match="finite"):
+        record("02_masks", "validation loss", float("nan"), **ENTRY)
+
+
+def test_record_replaces_the_entry_with_the_same_metric_and_keeps_the_others(full):
+    record("03_heads", "loss, 1 head", 2.2, **ENTRY)
+    record("03_heads", "loss, 4 heads", 2.0, **ENTRY)
+    record("03_heads", "loss, 1 head", 2.1, **ENTRY)  # re-run: replaced in place
+    entries = load_results(full)
+    assert [(e["metric"], e["value"]) for e in entries] == [("loss, 1 head", 2.1), ("loss, 4 heads", 2.0)]
+    record("04_positions", "loss", 1.9, **ENTRY)  # another chapter: another file
+    assert sorted(p.name for p in full.iterdir()) == ["03_heads.json", "04_positions.json"]
+    assert [e["chapter"] for e in load_results(full)] == ["03_heads", "03_heads", "04_positions"]
+
+
+def test_record_writes_atomically_and_leaves_no_temporary_file(full, monkeypatch):
+    record("02_masks", "loss", 2.0, **ENTRY)
+    assert [p.name for p in full.iterdir()] == ["02_masks.json"]
+    assert (full / "02_masks.json").stat().st_mode & 0o777 == 0o644
+
+    def broken_replace(source, target):  # the process dies between writing and renaming
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(results.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk gone"):
+        record("02_masks", "loss", 3.0, **ENTRY)
+    assert [p.name for p in full.iterdir()] == ["02_masks.json"]  # no temporary file left behind
+    assert load_results(full)[0]["value"] == 2.0  # the old file, whole
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), torch.tensor(float("nan"))])
+def test_record_rejects_a_non_finite_value(full, value):
+    with pytest.raises(ValueError, match="finite"):
+        record("02_masks", "loss", value, **ENTRY)
+    assert not full.exists()
+
+
+def test_record_accepts_a_one_element_tensor_and_rejects_bad_arguments(full):
+    record("02_masks", "loss", torch.tensor(1.5), **ENTRY)
+    assert load_results(full)[0]["value"] == 1.5
+    with pytest.raises(ValueError, match="number"):
+        record("02_masks", "loss", "1.5", **ENTRY)
+    with pytest.raises(ValueError, match="number"):
+        record("02_masks", "loss", True, **ENTRY)
+    with pytest.raises(ValueError, match="single number"):
+        record("02_masks", "loss", torch.ones(2), **ENTRY)
+    with pytest.raises(ValueError, match="wall_time_s"):
+        record("02_masks", "loss", 1.0, wall_time_s=-1.0, **ENTRY)
+    with pytest.raises(ValueError, match="chapter"):
+        record("../escape", "loss", 1.0, **ENTRY)
+    with pytest.raises(ValueError, match="chapter"):
+        record("references", "loss", 1.0, **ENTRY)  # the name of the reference numbers' file
+    with pytest.raises(ValueError, match="metric"):
+        record("02_masks", " ", 1.0, **ENTRY)
+
+
+def test_default_results_dir_is_found_from_the_repository_or_nowhere(monkeypatch, tmp_path):
+    monkeypatch.delenv("TB_RESULTS_DIR", raising=False)
+    assert default_results_dir(ROOT) == ROOT / "book" / "results"
+    assert default_results_dir(ROOT / "book") == ROOT / "book" / "results"  # notebooks run in book/
+    assert default_results_dir(tmp_path) is None  # as on Colab: not in a clone of the repository
+    monkeypatch.setenv("TB_RESULTS_DIR", str(tmp_path / "elsewhere"))
+    assert default_results_dir(ROOT) == tmp_path / "elsewhere"
+
+
+def test_record_outside_the_repository_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("TB_PROFILE", "full")
+    monkeypatch.delenv("TB_RESULTS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert record("02_masks", "loss", 2.0, **ENTRY) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------
+# load_results and load_references
+# --------------------------------------------------------------------------------------
+
+
+def _valid_entry(**changes) -> dict:
+    entry = {key: "text" for key, kind in results.REQUIRED_KEYS.items() if kind is str}
+    entry.update(chapter="02_masks", metric="loss", value=2.0, higher_is_better=False, profile="full", wall_time_s=None)
+    entry.update(changes)
+    return entry
+
+
+def _write(folder: Path, name: str, document) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(document if isinstance(document, str) else json.dumps(document), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ("{not json", "not a readable JSON file"),
+        ([], "expected an object"),
+        ({"schema_version": 2, "entries": []}, "schema_version"),
+        ({"schema_version": 1, "entries": [_valid_entry(value=None)]}, "value has type NoneType"),
+        ({"schema_version": 1, "entries": [_valid_entry(value="2.0")]}, "value has type str"),
+        ({"schema_version": 1, "entries": [_valid_entry(higher_is_better=0)]}, "higher_is_better has type int"),
+        ({"schema_version": 1, "entries": [_valid_entry(chapter="03_other")]}, "differs from the file name"),
+        ({"schema_version": 1, "entries": [_valid_entry(profile="fast")]}, "unknown profile"),
+        ({"schema_version": 1, "entries": [_valid_entry(), _valid_entry()]}, "appears twice"),
+        ({"schema_version": 1, "entries": [{k: v for k, v in _valid_entry().items() if k != "device"}]}, "missing keys"),
+        ('{"schema_version": 1, "entries": [' + json.dumps(_valid_entry()).replace("2.0", "NaN") + "]}", "not finite"),
+    ],
+)
+def test_load_results_rejects_a_malformed_file_naming_it(tmp_path, document, problem):
+    path = _write(tmp_path, "02_masks.json", document)
+    with pytest.raises(ValueError, match=re.escape(problem)) as error:
+        load_results(tmp_path)
+    assert str(path) in str(error.value)
+
+
+def test_load_results_accepts_integers_for_floats_and_skips_the_references(tmp_path):
+    _write(tmp_path, "02_masks.json", {"schema_version": 1, "entries": [_valid_entry(value=2, wall_time_s=3)]})
+    _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": []})
+    (entry,) = load_results(tmp_path)
+    assert entry["value"] == 2.0 and isinstance(entry["value"], float) and isinstance(entry["wall_time_s"], float)
+    assert load_results(tmp_path / "missing") == []
+
+
+def test_load_references_rejects_a_malformed_file_naming_it(tmp_path):
+    reference = {key: "text" for key, kind in results.REFERENCE_KEYS.items() if kind is str}
+    reference.update(value=1.5, higher_is_better=False)
+    _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [reference]})
+    assert load_references(tmp_path)[0]["value"] == 1.5
+    path = _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [reference, reference]})
+    with pytest.raises(ValueError, match="appears twice") as error:
+        load_references(tmp_path)
+    assert str(path) in str(error.value)
+    _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [{**reference, "value": "1.5"}]})
+    with pytest.raises(ValueError, match="value has type str"):
+        load_references(tmp_path)
+
+
+# --------------------------------------------------------------------------------------
+# the committed files
+# --------------------------------------------------------------------------------------
+
+
+def _code(path: Path) -> str:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    return "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+
+
+def test_committed_results_load_and_come_from_full_profile_runs():
+    entries = load_results(RESULTS_DIR)
+    assert entries, "book/results holds no results: run the chapters in the full profile"
+    for entry in entries:
+        assert entry["profile"] == "full", f"{entry['chapter']}: {entry['metric']!r} was recorded in {entry['profile']}"
+        assert math.isfinite(entry["value"])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_chapter_that_records_has_its_results_file(path: Path):
+    source = _code(path)
+    if "results.record(" not in source:
+        pytest.skip(f"{path.name} records no results")
+    results_file = RESULTS_DIR / f"{path.stem}.json"
+    assert results_file.exists(), f"{path.name} calls results.record but {results_file.name} is missing: run it (full profile)"
+    assert f'"{path.stem}"' in source, f"{path.name} must record under its own name {path.stem!r}"
+
+
+def test_every_committed_result_is_still_recorded_by_its_chapter():
+    """A metric renamed or dropped in a chapter leaves a stale entry behind: catch it."""
+    for entry in load_results(RESULTS_DIR):
+        notebook = ROOT / "book" / f"{entry['chapter']}.ipynb"
+        assert notebook.exists(), f"results for {entry['chapter']!r}, which is not a chapter notebook"
+        assert json.dumps(entry["metric"]) in _code(notebook), (
+            f"{entry['chapter']}: {entry['metric']!r} is no longer recorded; delete it from {entry['chapter']}.json"
+        )
+
+
+def test_committed_references_parse_and_cite_the_bibliography():
+    references = load_references(RESULTS_DIR)
+    assert references, "book/results/references.json is missing or empty"
+    datasets = {entry["dataset"] for entry in load_results(RESULTS_DIR)}
+    bib = (ROOT / "book" / "references.bib").read_text(encoding="utf-8")
+    keys = set(re.findall(r"^\s*@\w+\s*\{\s*([^,\s]+)\s*,", bib, re.MULTILINE))
+    for reference in references:
+        assert reference["dataset"] in datasets, f"{reference['id']}: no result is measured on {reference['dataset']!r}"
+        assert reference["value"] is not None or reference["comparability"], f"{reference['id']}: say why there is no number"
+        assert reference["citation"] in keys, (
+            f"{reference['id']} cites {reference['citation']!r}, which is not in book/references.bib; add:\n"
+            + reference.get("bibtex", "(its BibTeX entry)")
+        )

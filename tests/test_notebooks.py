@@ -69,3 +69,15 @@ def test_install_cell_uses_the_configured_repository(path: Path) -> None:
 def test_package_metadata_uses_the_configured_repository() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert f'Homepage = "{_repository_url()}"' in pyproject
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_control_characters_in_cell_sources(path: Path) -> None:
+    """A TeX macro written in a non-raw Python string loses its backslash: "\\frac" becomes a
+    form feed and "rac", "\\rvert" a carriage return and "vert". The browser test sees the broken
+    formula only on a built site; this catches it in the notebook."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for index, cell in enumerate(notebook["cells"]):
+        source = "".join(cell["source"])
+        bad = sorted({repr(ch) for ch in source if ord(ch) < 32 and ch not in "\n\t"})
+        assert not bad, f"{path.name}, cell {index}: control characters {bad} in the source"

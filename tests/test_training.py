@@ -1,0 +1,297 @@
+"""Tests of transformer_book.training: the loss, the schedules and the resumable fit loop."""
+
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_book.training import (
+    History,
+    TrainConfig,
+    fit,
+    label_smoothed_cross_entropy,
+    warmup_cosine,
+    warmup_inverse_sqrt,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PAD, V, N = 0, 11, 6
+
+
+# ----------------------------------------------------------------------------- the loss
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_loss_equals_torch_cross_entropy(smoothing):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, V, generator=g, dtype=torch.float64)
+    targets = torch.randint(1, V, (3, 5), generator=g)
+    targets[0, 3:] = PAD
+    targets[2, 1:] = PAD
+    ours = label_smoothed_cross_entropy(logits, targets, pad_id=PAD, smoothing=smoothing)
+    ref = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=PAD, label_smoothing=smoothing)
+    torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_loss_by_hand():
+    logits = torch.tensor([[[1.0, 2.0, 0.5], [3.0, -1.0, 0.0]]], dtype=torch.float64)
+    targets = torch.tensor([[1, 0]])  # the second position is PAD (pad_id=0)
+    eps = 0.2
+    z = [1.0, 2.0, 0.5]
+    log_z = math.log(sum(math.exp(v) for v in z))
+    log_p = [v - log_z for v in z]
+    # smoothed target q = (1 - eps) onehot(1) + eps / 3
+    q = [eps / 3, 1 - eps + eps / 3, eps / 3]
+    expected = -sum(qi * lp for qi, lp in zip(q, log_p))  # mean over the one non-PAD position
+    got = label_smoothed_cross_entropy(logits, targets, pad_id=0, smoothing=eps)
+    assert got.item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_pad_positions_get_zero_gradient():
+    logits = torch.randn(2, 4, V, dtype=torch.float64, requires_grad=True)
+    targets = torch.tensor([[3, 4, PAD, PAD], [5, PAD, PAD, PAD]])
+    label_smoothed_cross_entropy(logits, targets, pad_id=PAD, smoothing=0.1).backward()
+    pad = targets == PAD
+    assert torch.all(logits.grad[pad] == 0)
+    assert torch.all(logits.grad[~pad].abs().sum(-1) > 0)
+
+
+def test_padding_does_not_change_the_loss():
+    logits = torch.randn(1, 3, V, dtype=torch.float64)
+    targets = torch.tensor([[3, 4, 5]])
+    padded_logits = torch.cat([logits, 100 * torch.randn(1, 4, V, dtype=torch.float64)], dim=1)
+    padded_targets = torch.cat([targets, torch.full((1, 4), PAD)], dim=1)
+    a = label_smoothed_cross_entropy(logits, targets, pad_id=PAD, smoothing=0.1)
+    b = label_smoothed_cross_entropy(padded_logits, padded_targets, pad_id=PAD, smoothing=0.1)
+    torch.testing.assert_close(a, b)
+
+
+def test_loss_errors():
+    logits = torch.randn(2, 3, V)
+    with pytest.raises(ValueError, match="PAD"):
+        label_smoothed_cross_entropy(logits, torch.full((2, 3), PAD), pad_id=PAD)
+    with pytest.raises(ValueError, match="shape"):
+        label_smoothed_cross_entropy(logits, torch.ones(2, 4, dtype=torch.long), pad_id=PAD)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="smoothing"):
+            label_smoothed_cross_entropy(logits, torch.ones(2, 3, dtype=torch.long), pad_id=PAD, smoothing=bad)
+    with pytest.raises(ValueError, match="outside"):
+        label_smoothed_cross_entropy(logits, torch.full((2, 3), V), pad_id=PAD)
+
+
+# ----------------------------------------------------------------------------- schedules
+
+def _lrs(make, n, base=0.5):
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=base)
+    sched = make(opt)
+    lrs = []
+    for _ in range(n):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs  # lrs[s - 1] is the lr used by optimizer step s (1-based)
+
+
+def test_warmup_inverse_sqrt_values():
+    w, base = 10, 0.5
+    lrs = _lrs(lambda o: warmup_inverse_sqrt(o, w), 60, base)
+    for s in (1, 5, 10, 11, 40, 60):
+        expected = base * min(s**-0.5, s * w**-1.5) * w**0.5
+        assert lrs[s - 1] == pytest.approx(expected, rel=1e-12)
+    assert lrs[w - 1] == pytest.approx(base) and max(lrs) == pytest.approx(base)  # peak at warm-up
+    assert lrs[0] == pytest.approx(base / w)  # linear warm-up
+    assert lrs[4 * w - 1] == pytest.approx(base / 2)  # inverse sqrt: 4x the steps, half the lr
+
+
+def test_warmup_inverse_sqrt_paper_formula():
+    w, d_model = 4, 64
+    lrs = _lrs(lambda o: warmup_inverse_sqrt(o, w, d_model=d_model), 12, base=1.0)
+    for s in range(1, 13):
+        assert lrs[s - 1] == pytest.approx(d_model**-0.5 * min(s**-0.5, s * w**-1.5), rel=1e-12)
+
+
+def test_warmup_cosine_endpoints():
+    w, total, base, r = 5, 25, 0.5, 0.1
+    lrs = _lrs(lambda o: warmup_cosine(o, w, total, min_ratio=r), total + 3, base)
+    assert lrs[0] == pytest.approx(base / w)
+    assert lrs[w - 1] == pytest.approx(base)
+    assert lrs[total - 1] == pytest.approx(base * r)
+    assert lrs[total + 2] == pytest.approx(base * r)  # held after the end
+    mid = w + (total - w) // 2
+    assert lrs[mid - 1] == pytest.approx(base * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * 0.5))))
+
+
+def test_schedule_argument_errors():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        warmup_inverse_sqrt(opt, 0)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        warmup_cosine(opt, 10, 10)
+    with pytest.raises(ValueError, match="min_ratio"):
+        warmup_cosine(opt, 1, 10, min_ratio=1.5)
+
+
+# ----------------------------------------------------------------------------- fit
+
+class TinyLM(nn.Module):
+    """Embedding, dropout, linear: learns the fixed map token -> next token."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.embed = nn.Embedding(V, d)
+        self.drop = nn.Dropout(0.1)
+        self.out = nn.Linear(d, V)
+
+    def forward(self, x):
+        return self.out(self.drop(self.embed(x)))
+
+
+def successor(x):
+    return (3 * x + 1) % (V - 1) + 1  # never PAD
+
+
+def batches(step, batch_size=8):
+    """A pure function of the step, as fit requires."""
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randint(1, V, (batch_size, N), generator=g)
+    y = successor(x)
+    y[:, -2:] = PAD  # some padding
+    return x, y
+
+
+def lm_loss(model, batch, smoothing=0.0):
+    x, y = batch
+    return label_smoothed_cross_entropy(model(x), y, pad_id=PAD, smoothing=smoothing), int((y != PAD).sum())
+
+
+def val_batches():
+    return [batches(10_000 + i) for i in range(2)]
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return TinyLM()
+
+
+def test_fit_reduces_the_loss():
+    config = TrainConfig(steps=60, lr=3e-2, warmup_steps=5, schedule="inverse_sqrt", eval_every=30,
+                         log_every=10, smoothing=0.0)
+    model = make_model()
+    history = fit(model, batches, lm_loss, config, val_batches=val_batches, progress=False)
+    assert len(history.train_loss) == 60 and [s for s, _ in history.train_loss] == list(range(1, 61))
+    first, last = history.train_loss[0][1], history.train_loss[-1][1]
+    assert last < 0.5 * first
+    assert [s for s, _ in history.val_loss] == [30, 60]
+    assert history.val_loss[-1][1] < history.val_loss[0][1] < math.log(V)
+    assert len(history.tokens_per_s) == 6 and all(r > 0 for _, r in history.tokens_per_s)
+    assert history.lr[4][1] == pytest.approx(3e-2)  # peak at the warm-up step
+    assert set(history.to_dict()) == {"train_loss", "val_loss", "lr", "tokens_per_s"}
+    assert History.from_dict(history.to_dict()) == history
+
+
+def test_validation_runs_in_eval_mode_and_restores_train_mode():
+    modes = []
+
+    def loss_fn(model, batch):
+        modes.append(model.training)
+        return lm_loss(model, batch)
+
+    model = make_model()
+    fit(model, batches, loss_fn, TrainConfig(steps=4, eval_every=2, warmup_steps=1),
+        val_batches=lambda: [batches(99)], progress=False)
+    assert modes == [True, True, False, True, True, False]
+    assert model.training
+
+
+def test_nan_loss_raises_naming_the_step():
+    def loss_fn(model, batch):
+        x, y, step = batch
+        loss, n = lm_loss(model, (x, y))
+        return (loss * float("nan") if step == 3 else loss), n
+
+    model = make_model()
+    with pytest.raises(FloatingPointError, match=r"nan at step 3 "):
+        fit(model, lambda step: (*batches(step), step), loss_fn, TrainConfig(steps=10, warmup_steps=1), progress=False)
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the bad step was not applied
+
+
+def _grad_norm(model):
+    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])).item()
+
+
+def test_clipping_bounds_the_gradient_norm():
+    def huge(model, batch):
+        loss, n = lm_loss(model, batch)
+        return 1e6 * loss, n
+
+    config = TrainConfig(steps=1, warmup_steps=1, clip_norm=0.5)
+    clipped = make_model()
+    fit(clipped, batches, huge, config, progress=False)
+    assert _grad_norm(clipped) == pytest.approx(0.5, rel=1e-4)
+    unclipped = make_model()
+    fit(unclipped, batches, huge, TrainConfig(steps=1, warmup_steps=1, clip_norm=None), progress=False)
+    assert _grad_norm(unclipped) > 1e3
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path):
+    common = dict(steps=20, lr=2e-2, warmup_steps=4, schedule="cosine", eval_every=5, log_every=5,
+                  checkpoint_every=5, smoothing=0.1)
+    straight_config = TrainConfig(**common, checkpoint_path=str(tmp_path / "a" / "straight.pt"))
+    straight_model = make_model()
+    straight = fit(straight_model, batches, lm_loss, straight_config, val_batches=val_batches, progress=False)
+
+    path = tmp_path / "b" / "run.pt"
+    config = TrainConfig(**common, checkpoint_path=str(path))
+
+    def interrupted_batches(step):
+        if step == 10:
+            raise Interrupted
+        return batches(step)
+
+    with pytest.raises(Interrupted):
+        fit(make_model(), interrupted_batches, lm_loss, config, val_batches=val_batches, progress=False, resume=True)
+    assert torch.load(path, weights_only=True)["step"] == 10
+    resumed_model = make_model(seed=123)  # a different initialisation: everything must come from the checkpoint
+    resumed = fit(resumed_model, batches, lm_loss, config, val_batches=val_batches, progress=False, resume=True)
+
+    assert resumed.train_loss == straight.train_loss  # exact, dropout included
+    assert resumed.val_loss == straight.val_loss
+    assert resumed.lr == straight.lr
+    for a, b in zip(straight_model.parameters(), resumed_model.parameters()):
+        assert torch.equal(a, b)
+    assert os.listdir(path.parent) == ["run.pt"]  # written atomically: no temporary files left
+    saved = torch.load(path, weights_only=True)
+    assert saved["format_version"] == 1 and saved["step"] == 20
+    assert {"model", "optimizer", "scheduler", "history", "rng"} <= set(saved)
+
+
+def test_resume_with_a_mismatched_model_raises(tmp_path):
+    path = str(tmp_path / "ckpt.pt")
+    fit(make_model(), batches, lm_loss, TrainConfig(steps=2, warmup_steps=1, checkpoint_path=path), progress=False)
+    config = TrainConfig(steps=4, warmup_steps=1, checkpoint_path=path)
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"embed\.weight.*\(11, 16\).*\(11, 8\)"):
+        fit(TinyLM(d=8), batches, lm_loss, config, progress=False, resume=True)
+    other = nn.Sequential(nn.Embedding(V, 16), nn.Linear(16, V))
+    with pytest.raises(ValueError, match="missing keys"):
+        fit(other, lambda s: batches(s), lambda m, b: (m(b[0]).sum(), 1), config, progress=False, resume=True)
+
+
+def test_fit_argument_errors(tmp_path):
+    with pytest.raises(ValueError, match="checkpoint_path"):
+        fit(make_model(), batches, lm_loss, TrainConfig(steps=1, warmup_steps=1), progress=False, resume=True)
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="linear")
+    with pytest.raises(ValueError, match="steps"):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="clip_norm"):
+        TrainConfig(clip_norm=0.0)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        TrainConfig(steps=10, warmup_steps=10, schedule="cosine")

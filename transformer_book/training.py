@@ -1,0 +1,459 @@
+r"""Training: the label-smoothed loss, learning-rate schedules, and a resumable fit loop (chapter 7).
+
+The loss at one non-PAD position with target :math:`y` and vocabulary size :math:`V` is the
+cross-entropy against the smoothed target distribution :math:`q = (1-\varepsilon)\,\text{onehot}(y)
++ \varepsilon / V`:
+
+.. math::
+
+    \ell = -\sum_v q_v \log p_v = -(1-\varepsilon)\log p_y - \frac{\varepsilon}{V}\sum_v \log p_v
+
+and the batch loss is the mean of :math:`\ell` over the non-PAD positions only.
+
+:func:`fit` is deliberately small: AdamW, one schedule, gradient clipping, validation, a
+progress bar, and atomic checkpoints from which a run resumes to the *same* losses as a run
+that was never interrupted. For that the training data must be addressable by step: the
+caller passes ``train_batches(step) -> batch``, a pure function of the step (seed a generator
+with the step, or index a fixed list of batches), so that resuming at step ``s`` re-creates
+the data position without replaying an iterator.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+from tqdm.auto import tqdm
+
+from transformer_book.runtime import seed_everything
+
+__all__ = [
+    "label_smoothed_cross_entropy",
+    "warmup_inverse_sqrt",
+    "warmup_cosine",
+    "TrainConfig",
+    "History",
+    "fit",
+    "CHECKPOINT_VERSION",
+]
+
+CHECKPOINT_VERSION = 1
+"""Format version written into every checkpoint; :func:`fit` refuses other versions."""
+SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, *, pad_id: int, smoothing: float = 0.0
+) -> torch.Tensor:
+    r"""Mean label-smoothed cross-entropy over the non-PAD positions.
+
+    :math:`\ell = -(1-\varepsilon)\log p_y - \frac{\varepsilon}{V}\sum_v \log p_v` per position
+    (the smoothed target puts :math:`1-\varepsilon+\varepsilon/V` on :math:`y` and
+    :math:`\varepsilon/V` on every other token), averaged over positions whose target is not
+    ``pad_id``; PAD positions get exactly zero gradient. Equal to ``F.cross_entropy(logits
+    .reshape(-1, V), targets.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)``.
+
+    Args:
+        logits: ``(B, n, V)`` unnormalised scores (any leading shape ``(..., V)`` works).
+        targets: ``(B, n)`` integer ids, matching ``logits.shape[:-1]``.
+        pad_id: the id whose positions are ignored.
+        smoothing: :math:`\varepsilon \in [0, 1)`.
+
+    Returns:
+        A scalar tensor (float32 for half-precision logits, else the logits' dtype).
+
+    Raises:
+        ValueError: for mismatched shapes, non-integer targets, ``smoothing`` outside
+            ``[0, 1)``, target ids outside the vocabulary, or a batch that is all PAD.
+    """
+    if not isinstance(logits, torch.Tensor) or logits.dim() < 2 or not logits.dtype.is_floating_point:
+        raise ValueError("label_smoothed_cross_entropy: logits must be a floating (..., V) tensor")
+    if not isinstance(targets, torch.Tensor) or targets.dtype.is_floating_point or targets.dtype == torch.bool:
+        raise ValueError("label_smoothed_cross_entropy: targets must be an integer tensor")
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"label_smoothed_cross_entropy: targets shape {tuple(targets.shape)} does not match "
+            f"logits shape {tuple(logits.shape)} without its last (vocabulary) axis"
+        )
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label_smoothed_cross_entropy: smoothing must lie in [0, 1), got {smoothing}")
+    keep = targets != pad_id  # (B, n)
+    n_kept = int(keep.sum())
+    if n_kept == 0:
+        raise ValueError(f"label_smoothed_cross_entropy: every target is PAD (pad_id={pad_id}); the mean is undefined")
+    vocab = logits.shape[-1]
+    kept_targets = targets[keep]
+    if bool(((kept_targets < 0) | (kept_targets >= vocab)).any()):
+        raise ValueError(f"label_smoothed_cross_entropy: a target id lies outside [0, {vocab})")
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # log-softmax over a large vocabulary needs float32
+    log_p = F.log_softmax(logits[keep], dim=-1)  # (N, V): only non-PAD rows, so PAD grads are 0
+    nll = -log_p.gather(-1, kept_targets.unsqueeze(-1)).squeeze(-1)  # -log p_y, (N,)
+    uniform = -log_p.mean(dim=-1)  # -(1/V) sum_v log p_v, (N,)
+    return ((1.0 - smoothing) * nll + smoothing * uniform).mean()
+
+
+def _positive_int(value: Any, name: str, where: str, *, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ValueError(f"{where}: {name} must be {kind} int, got {value!r}")
+
+
+def warmup_inverse_sqrt(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, d_model: int | None = None
+) -> LambdaLR:
+    r"""Linear warm-up, then inverse-square-root decay (the 2017 Transformer schedule).
+
+    The paper sets :math:`\text{lrate} = d_{model}^{-0.5}\cdot\min(s^{-0.5},\ s\cdot w^{-1.5})`
+    at optimizer step :math:`s` (1-based) with :math:`w` warm-up steps: linear growth to a peak
+    :math:`(d_{model}\, w)^{-0.5}` at :math:`s = w`, then decay as :math:`s^{-0.5}`. Here the
+    optimizer's base lr is multiplied by
+
+    .. math:: f(s) = \min(s^{-0.5},\ s\cdot w^{-1.5})\cdot w^{0.5}
+
+    so the peak equals the base lr exactly at ``s == warmup_steps`` (easier to tune). With
+    ``d_model`` given the factor is the paper's formula itself, :math:`d_{model}^{-0.5}\min(\ldots)`,
+    and a base lr of 1.0 reproduces the paper.
+
+    Raises:
+        ValueError: if ``warmup_steps`` or ``d_model`` is not a positive int.
+    """
+    _positive_int(warmup_steps, "warmup_steps", "warmup_inverse_sqrt")
+    if d_model is not None:
+        _positive_int(d_model, "d_model", "warmup_inverse_sqrt")
+    scale = d_model**-0.5 if d_model is not None else warmup_steps**0.5
+
+    def factor(step: int) -> float:  # step = optimizer steps already taken
+        s = step + 1
+        return scale * min(s**-0.5, s * warmup_steps**-1.5)
+
+    return LambdaLR(optimizer, factor)
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_ratio: float = 0.0
+) -> LambdaLR:
+    r"""Linear warm-up to the base lr, then a half cosine down to ``min_ratio`` times it.
+
+    With 1-based step :math:`s`, :math:`f(s) = s / w` for :math:`s \le w`, then
+    :math:`f(s) = r + (1-r)\,\tfrac12\bigl(1 + \cos(\pi\,\tfrac{s-w}{T-w})\bigr)`, held at
+    :math:`r` after :math:`T` = ``total_steps``. So :math:`f(w) = 1` and :math:`f(T) = r`.
+
+    Raises:
+        ValueError: unless ``0 <= warmup_steps < total_steps`` and ``0 <= min_ratio <= 1``.
+    """
+    _positive_int(warmup_steps, "warmup_steps", "warmup_cosine", allow_zero=True)
+    _positive_int(total_steps, "total_steps", "warmup_cosine")
+    if warmup_steps >= total_steps:
+        raise ValueError(f"warmup_cosine: warmup_steps={warmup_steps} must be below total_steps={total_steps}")
+    if not 0.0 <= min_ratio <= 1.0:
+        raise ValueError(f"warmup_cosine: min_ratio must lie in [0, 1], got {min_ratio}")
+
+    def factor(step: int) -> float:
+        s = step + 1
+        if s <= warmup_steps:
+            return s / warmup_steps
+        progress = min(1.0, (s - warmup_steps) / (total_steps - warmup_steps))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def _warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int) -> LambdaLR:
+    """Linear warm-up over ``warmup_steps`` (none if 0), then the base lr."""
+    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
+
+
+@dataclass
+class TrainConfig:
+    """Settings of :func:`fit`.
+
+    ``schedule`` is ``"inverse_sqrt"`` (:func:`warmup_inverse_sqrt`), ``"cosine"``
+    (:func:`warmup_cosine` to zero over ``steps``) or ``"constant"`` (warm-up, then flat).
+    ``amp`` turns on mixed precision only on CUDA (bfloat16 where supported, else float16 with
+    a gradient scaler); on the CPU it is ignored. Validation runs every ``eval_every`` steps
+    and after the last; a checkpoint is written every ``checkpoint_every`` steps and after the
+    last when ``checkpoint_path`` is set. ``smoothing`` is not used by :func:`fit` itself; it
+    is there for the caller's ``loss_fn`` to read, so that one config describes the run.
+    """
+
+    steps: int = 1000
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup_steps: int = 100
+    schedule: str = "inverse_sqrt"
+    smoothing: float = 0.1
+    clip_norm: float | None = 1.0
+    eval_every: int = 200
+    log_every: int = 10
+    amp: bool = True
+    seed: int = 0
+    checkpoint_path: str | None = None
+    checkpoint_every: int = 500
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "eval_every", "log_every", "checkpoint_every"):
+            _positive_int(getattr(self, name), name, "TrainConfig")
+        _positive_int(self.warmup_steps, "warmup_steps", "TrainConfig", allow_zero=True)
+        _positive_int(self.seed, "seed", "TrainConfig", allow_zero=True)
+        if not self.lr > 0:
+            raise ValueError(f"TrainConfig: lr must be positive, got {self.lr}")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"TrainConfig: weight_decay must be non-negative, got {self.weight_decay}")
+        self.betas = tuple(self.betas)
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"TrainConfig: betas must be two numbers in [0, 1), got {self.betas}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"TrainConfig: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
+            raise ValueError("TrainConfig: schedule 'inverse_sqrt' needs warmup_steps >= 1")
+        if self.schedule == "cosine" and self.warmup_steps >= self.steps:
+            raise ValueError(f"TrainConfig: warmup_steps={self.warmup_steps} must be below steps={self.steps} for 'cosine'")
+        if not 0.0 <= self.smoothing < 1.0:
+            raise ValueError(f"TrainConfig: smoothing must lie in [0, 1), got {self.smoothing}")
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError(f"TrainConfig: clip_norm must be positive or None, got {self.clip_norm}")
+
+
+@dataclass
+class History:
+    """What :func:`fit` measured, as ``(step, value)`` pairs; ``step`` counts completed steps."""
+
+    train_loss: list[tuple[int, float]] = field(default_factory=list)
+    val_loss: list[tuple[int, float]] = field(default_factory=list)
+    lr: list[tuple[int, float]] = field(default_factory=list)
+    tokens_per_s: list[tuple[int, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, list[tuple[int, float]]]:
+        return {k: [tuple(p) for p in v] for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, list]) -> History:
+        return cls(**{k: [(int(s), float(x)) for s, x in data.get(k, [])] for k in cls.__dataclass_fields__})
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor in a (nested) tuple, list or dict to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _save_atomic(obj: dict[str, Any], path: str) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``:
+    a crash mid-write leaves the previous checkpoint intact, never a truncated one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path: str) -> None:
+    current = model.state_dict()
+    missing = sorted(set(current) - set(saved))
+    unexpected = sorted(set(saved) - set(current))
+    shapes = [f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(current[k].shape)}"
+              for k in current if k in saved and saved[k].shape != current[k].shape]
+    if missing or unexpected or shapes:
+        parts = [f"missing keys {missing}" if missing else "", f"unexpected keys {unexpected}" if unexpected else "",
+                 f"shape mismatches [{'; '.join(shapes)}]" if shapes else ""]
+        raise ValueError(f"fit: checkpoint {path} does not match the model: " + ", ".join(p for p in parts if p))
+
+
+def _make_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LambdaLR:
+    if config.schedule == "inverse_sqrt":
+        return warmup_inverse_sqrt(optimizer, config.warmup_steps)
+    if config.schedule == "cosine":
+        return warmup_cosine(optimizer, config.warmup_steps, config.steps)
+    return _warmup_constant(optimizer, config.warmup_steps)
+
+
+def _make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases, LayerNorm gains or other
+    vectors), fused into one kernel on CUDA."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    fused = device.type == "cuda" and all(p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, **({"fused": True} if fused else {}))
+
+
+@torch.no_grad()
+def _evaluate(model: nn.Module, loss_fn: Callable, batches: Iterable, device: torch.device, autocast: Any) -> float:
+    """Token-weighted mean loss over ``batches`` in eval mode; the mode is restored after."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for batch in batches:
+            with autocast():
+                loss, n_tokens = loss_fn(model, _to_device(batch, device))
+            total += loss.detach().item() * int(n_tokens)
+            count += int(n_tokens)
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("fit: val_batches() yielded no tokens")
+    return total / count
+
+
+def fit(
+    model: nn.Module,
+    train_batches: Callable[[int], Any],
+    loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, int]],
+    config: TrainConfig,
+    *,
+    val_batches: Callable[[], Iterable[Any]] | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+    resume: bool = False,
+) -> History:
+    """Train ``model`` for ``config.steps`` optimizer steps and return what was measured.
+
+    Each step ``s`` (0-based) takes ``batch = train_batches(s)``, moves its tensors to the
+    device, computes ``loss, n_tokens = loss_fn(model, batch)`` (``loss`` the mean over
+    ``n_tokens`` tokens), back-propagates, clips the gradient norm to ``config.clip_norm``,
+    and takes an AdamW step and a schedule step. ``train_batches`` must depend only on ``s``
+    (see the module docstring): that is what makes a resumed run repeat an uninterrupted one.
+    The gradients of the last step are left in ``.grad`` for inspection.
+
+    With ``resume=True`` and a file at ``config.checkpoint_path``, model, optimizer, schedule,
+    scaler, random generators and history are restored from it and training continues at
+    the saved step; with no file there it starts afresh (so one command serves a first run
+    and a restart). Otherwise the random generators are seeded with ``config.seed``.
+
+    Raises:
+        FloatingPointError: when a training loss is NaN or infinite (before the bad step is
+            applied), naming the step and the loss.
+        ValueError: for ``resume`` without a ``checkpoint_path``, or a checkpoint of another
+            format version or one whose parameter names or shapes do not match ``model``.
+    """
+    if not callable(train_batches):
+        raise ValueError("fit: train_batches must be a callable step -> batch")
+    if resume and config.checkpoint_path is None:
+        raise ValueError("fit: resume=True needs config.checkpoint_path")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.to(device)
+    seed_everything(config.seed, deterministic=False)
+
+    use_amp = config.amp and device.type == "cuda"
+    amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if use_amp else nullcontext
+    scaler = torch.amp.GradScaler("cuda") if use_amp and amp_dtype == torch.float16 else None
+    optimizer = _make_optimizer(model, config, device)
+    scheduler = _make_schedule(optimizer, config)
+    history, start = History(), 0
+
+    if resume and os.path.exists(config.checkpoint_path):
+        state = torch.load(config.checkpoint_path, map_location="cpu", weights_only=True)
+        if state.get("format_version") != CHECKPOINT_VERSION:
+            raise ValueError(f"fit: checkpoint format_version {state.get('format_version')!r}, expected {CHECKPOINT_VERSION}")
+        _check_model_matches(model, state["model"], config.checkpoint_path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        history, start = History.from_dict(state["history"]), int(state["step"])
+        _set_rng_state(state["rng"])
+
+    def save(step: int) -> None:
+        _save_atomic({
+            "format_version": CHECKPOINT_VERSION, "step": step, "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "history": history.to_dict(), "rng": _rng_state(), "config": asdict(config),
+        }, config.checkpoint_path)
+
+    model.train()
+    bar = tqdm(total=config.steps, initial=start, disable=not progress, desc="train", dynamic_ncols=True)
+    window_tokens, window_start, postfix = 0, time.perf_counter(), {}
+    try:
+        for step in range(start, config.steps):
+            done = step + 1
+            lr = optimizer.param_groups[0]["lr"]
+            with autocast():
+                loss, n_tokens = loss_fn(model, _to_device(train_batches(step), device))
+            value = loss.detach().item()
+            if not math.isfinite(value):
+                raise FloatingPointError(f"fit: training loss is {value} at step {step} (0-based); stopping")
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
+            if config.clip_norm is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            scheduler.step()
+
+            history.train_loss.append((done, value))
+            history.lr.append((done, lr))
+            window_tokens += int(n_tokens)
+            bar.update(1)
+            if done % config.log_every == 0 or done == config.steps:
+                elapsed = time.perf_counter() - window_start
+                rate = window_tokens / elapsed if elapsed > 0 else float("nan")
+                history.tokens_per_s.append((done, rate))
+                postfix.update(loss=f"{value:.4f}", tok_s=f"{rate:,.0f}")
+                bar.set_postfix(postfix, refresh=False)
+                window_tokens, window_start = 0, time.perf_counter()
+            if val_batches is not None and (done % config.eval_every == 0 or done == config.steps):
+                history.val_loss.append((done, _evaluate(model, loss_fn, val_batches(), device, autocast)))
+                postfix["val"] = f"{history.val_loss[-1][1]:.4f}"
+                bar.set_postfix(postfix, refresh=False)
+            if config.checkpoint_path is not None and (done % config.checkpoint_every == 0 or done == config.steps):
+                save(done)
+    finally:
+        bar.close()
+    return history

@@ -9,6 +9,7 @@ Modules, one idea each (import what a chapter needs)::
     transformer_book.models       the encoder-decoder Transformer, right shift   (ch. 6)
     transformer_book.twins        torch.nn twins with copied weights, for checks
     transformer_book.training     loss, schedules, the fit loop, resumable checkpoints (ch. 7-)
+    transformer_book.metrics      BLEU and chrF (sacrebleu), BLEU by source length (ch. 7-)
     transformer_book.results      headline numbers of full-profile runs (the Results page)
     transformer_book.runtime      device, seeds, profiles, environment, sources
     transformer_book.plotting     attention heatmaps

@@ -1,0 +1,94 @@
+r"""Translation metrics (chapter 7): corpus BLEU and chrF through sacrebleu, and BLEU by
+source length.
+
+BLEU and chrF scores are computed on *detokenised* text with sacrebleu's
+standard tokeniser, so that the numbers are comparable with published ones:
+
+.. math::
+
+    \mathrm{BLEU} = \mathrm{BP} \cdot \exp\Bigl(\frac{1}{4}\sum_{n=1}^{4} \log p_n\Bigr),
+    \qquad \mathrm{BP} = \min\bigl(1,\ e^{\,1 - r/c}\bigr)
+
+with :math:`p_n` the clipped n-gram precisions over the corpus, :math:`c` the hypotheses'
+length and :math:`r` the references' length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length"]
+
+
+def _check_pair(hypotheses: Sequence[str], references: Sequence[str], where: str) -> None:
+    for name, texts in (("hypotheses", hypotheses), ("references", references)):
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"{where}: {name} must be a sequence of strings, one per sentence")
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{where}: {len(hypotheses)} hypotheses for {len(references)} references")
+    if not hypotheses:
+        raise ValueError(f"{where}: no sentences to score")
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus BLEU (0-100) of detokenised ``hypotheses`` against one reference each.
+
+    Raises:
+        ValueError: for unequal lengths, an empty corpus or non-string sentences.
+    """
+    import sacrebleu
+
+    _check_pair(hypotheses, references, "corpus_bleu")
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+
+
+def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus chrF (0-100), the character n-gram F-score, of ``hypotheses`` against one
+    reference each.
+
+    Raises:
+        ValueError: for unequal lengths, an empty corpus or non-string sentences.
+    """
+    import sacrebleu
+
+    _check_pair(hypotheses, references, "corpus_chrf")
+    return float(sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score)
+
+
+def bleu_by_length(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    sources: Sequence[str],
+    edges: Sequence[int] = (10, 20, 30),
+) -> list[dict[str, float | int | str]]:
+    """Corpus BLEU within buckets of source length (in whitespace-separated words).
+
+    With ``edges = (10, 20, 30)`` the buckets are ``1-10``, ``11-20``, ``21-30`` and ``31+``
+    words. Empty buckets are left out.
+
+    Returns:
+        One dict per non-empty bucket: ``{"bucket": "11-20", "sentences": 57, "bleu": 23.4}``,
+        shortest bucket first.
+
+    Raises:
+        ValueError: for unequal lengths, non-increasing or non-positive edges.
+    """
+    _check_pair(hypotheses, references, "bleu_by_length")
+    if len(sources) != len(hypotheses):
+        raise ValueError(f"bleu_by_length: {len(sources)} sources for {len(hypotheses)} hypotheses")
+    edges = list(edges)
+    if not edges or any(e < 1 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"bleu_by_length: edges must be positive and increasing, got {edges}")
+    lows = [1] + [e + 1 for e in edges]
+    names = [f"{lo}-{hi}" for lo, hi in zip(lows, edges)] + [f"{lows[-1]}+"]
+    members: list[list[int]] = [[] for _ in names]
+    for index, source in enumerate(sources):
+        length = len(source.split())
+        bucket = next((b for b, edge in enumerate(edges) if length <= edge), len(edges))
+        members[bucket].append(index)
+    rows = []
+    for name, indices in zip(names, members):
+        if indices:
+            bleu = corpus_bleu([hypotheses[i] for i in indices], [references[i] for i in indices])
+            rows.append({"bucket": name, "sentences": len(indices), "bleu": bleu})
+    return rows

@@ -67,8 +67,8 @@ def bleu_by_length(
     words. Empty buckets are left out.
 
     Returns:
-        One dict per non-empty bucket: ``{"bucket": "11-20", "sentences": 57, "bleu": 23.4}``,
-        shortest bucket first.
+        A list with one dict per non-empty bucket, shortest bucket first, such as
+        ``{"bucket": "11-20", "sentences": 57, "bleu": 23.4}``.
 
     Raises:
         ValueError: for unequal lengths, non-increasing or non-positive edges.

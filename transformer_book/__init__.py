@@ -9,13 +9,15 @@ Modules, one idea each (import what a chapter needs)::
     transformer_book.models       the encoder-decoder Transformer, right shift   (ch. 6)
     transformer_book.twins        torch.nn twins with copied weights, for checks
     transformer_book.training     loss, schedules, the fit loop, resumable checkpoints (ch. 7-)
+    transformer_book.decoding     greedy decoding of a batch, translate()        (ch. 7-)
     transformer_book.metrics      BLEU and chrF (sacrebleu), BLEU by source length (ch. 7-)
     transformer_book.results      headline numbers of full-profile runs (the Results page)
     transformer_book.runtime      device, seeds, profiles, environment, sources
     transformer_book.plotting     attention heatmaps
     transformer_book.text         word tokenisation and vocabularies
+    transformer_book.subword      BPE subword tokeniser (SentencePiece), special ids (ch. 7-)
     transformer_book.embeddings   co-occurrence counts, PPMI, SVD word vectors   (ch. 1, 10)
-    transformer_book.data         pinned, checksummed corpora and their loaders
+    transformer_book.data         pinned, checksummed corpora, their loaders, batching
 
 Importing the package downloads nothing and changes no global state.
 """

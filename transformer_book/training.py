@@ -41,6 +41,7 @@ from transformer_book.runtime import seed_everything
 
 __all__ = [
     "label_smoothed_cross_entropy",
+    "seq2seq_loss",
     "warmup_inverse_sqrt",
     "warmup_cosine",
     "TrainConfig",
@@ -103,6 +104,27 @@ def label_smoothed_cross_entropy(
     nll = -log_p.gather(-1, kept_targets.unsqueeze(-1)).squeeze(-1)  # -log p_y, (N,)
     uniform = -log_p.mean(dim=-1)  # -(1/V) sum_v log p_v, (N,)
     return ((1.0 - smoothing) * nll + smoothing * uniform).mean()
+
+
+def seq2seq_loss(*, pad_id: int, smoothing: float = 0.0) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
+    """The ``loss_fn`` of :func:`fit` for an encoder-decoder and :class:`~transformer_book.data.Seq2SeqBatch`.
+
+    Returns ``loss_fn(model, batch) -> (loss, n_tokens)`` with ``logits = model(batch.src,
+    batch.tgt_in)`` and :func:`label_smoothed_cross_entropy` against ``batch.tgt_out``. The
+    smoothing applies only while the model is in training mode: in evaluation mode (the
+    validation of :func:`fit`) the loss is the plain cross-entropy, so that ``exp(loss)`` is
+    the perplexity.
+    """
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"seq2seq_loss: smoothing must lie in [0, 1), got {smoothing}")
+
+    def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
+        logits = model(batch.src, batch.tgt_in)
+        epsilon = smoothing if model.training else 0.0
+        loss = label_smoothed_cross_entropy(logits, batch.tgt_out, pad_id=pad_id, smoothing=epsilon)
+        return loss, int((batch.tgt_out != pad_id).sum())
+
+    return loss_fn
 
 
 def _positive_int(value: Any, name: str, where: str, *, allow_zero: bool = False) -> None:
@@ -250,6 +272,8 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     """Move every tensor in a (nested) tuple, list or dict to ``device``."""
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple such as Seq2SeqBatch
+        return type(batch)(*(_to_device(b, device) for b in batch))
     if isinstance(batch, (tuple, list)):
         return type(batch)(_to_device(b, device) for b in batch)
     if isinstance(batch, dict):

@@ -5,6 +5,7 @@ Importing this package touches neither the network nor the file system.
 
 from __future__ import annotations
 
+from transformer_book.data.batching import BucketedBatches, Seq2SeqBatch, collate_pairs, encode_pairs, pad_sequences
 from transformer_book.data.corpora import ODYSSEY_CLEAN_SHA256, load_odyssey, strip_gutenberg
 from transformer_book.data.download import (
     ChecksumMismatchError,
@@ -23,22 +24,39 @@ from transformer_book.data.registry import (
     UnknownFileError,
     get_corpus,
 )
+from transformer_book.data.translation import (
+    MULTI30K_SPLITS,
+    TATOEBA_ATTRIBUTION,
+    DataWarning,
+    load_multi30k,
+    load_tatoeba,
+)
 
 __all__ = [
+    "BucketedBatches",
     "CORPORA",
     "ChecksumMismatchError",
     "Corpus",
     "DataError",
+    "DataWarning",
     "DataUnavailableError",
+    "MULTI30K_SPLITS",
     "ODYSSEY_CLEAN_SHA256",
     "RemoteFile",
+    "Seq2SeqBatch",
+    "TATOEBA_ATTRIBUTION",
     "UnknownCorpusError",
     "UnknownFileError",
     "cache_dir",
+    "collate_pairs",
     "data_dir",
+    "encode_pairs",
     "fetch",
     "get_corpus",
+    "load_multi30k",
     "load_odyssey",
+    "load_tatoeba",
+    "pad_sequences",
     "sha256_of",
     "strip_gutenberg",
 ]

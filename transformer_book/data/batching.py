@@ -1,0 +1,272 @@
+r"""Batches for sequence-to-sequence training (chapter 7): padding, the right shift, and
+length-bucketed batches that a training loop can address by step.
+
+For a source sentence :math:`x_1 \dots x_m` and a target :math:`y_1 \dots y_n` (token ids,
+without specials) one example becomes three rows:
+
+.. code-block:: text
+
+    src     x_1 ... x_m  EOS              the encoder's input
+    tgt_in  SOS  y_1 ... y_n              the decoder's input: the target shifted right
+    tgt_out y_1 ... y_n  EOS              what the decoder must predict at each position
+
+so the decoder's output at position :math:`t` sees :math:`\mathrm{SOS}, y_1 \dots y_{t-1}` and
+is trained to predict :math:`y_t`, and finally EOS. Rows are padded with PAD to the longest
+in the batch; the masks and the loss ignore PAD.
+
+Sorting sentences by length before cutting batches keeps padding low; shuffling within
+pools of similar sentences and then shuffling the batches keeps the order random.
+:class:`BucketedBatches` does this for one epoch at a time, as a pure function of the seed
+and the epoch, so that ``batches(step)`` is the same batch on every run: what
+:func:`transformer_book.training.fit` needs to resume a run exactly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
+
+__all__ = ["Seq2SeqBatch", "pad_sequences", "collate_pairs", "encode_pairs", "BucketedBatches"]
+
+
+class Seq2SeqBatch(NamedTuple):
+    """One batch of sentence pairs as padded id tensors.
+
+    ``src`` ``(B, m)``, ``tgt_in`` ``(B, n)``, ``tgt_out`` ``(B, n)``, all int64, PAD-padded;
+    ``tgt_in`` is ``tgt_out`` shifted right with SOS in front.
+    """
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        """The number of target tokens the loss counts (non-PAD positions of ``tgt_out``)."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+
+def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tensor:
+    """Stack id sequences into a ``(B, L)`` int64 tensor, padding on the right with ``pad_id``.
+
+    Raises:
+        ValueError: no sequences, or an empty one.
+    """
+    if len(sequences) == 0:
+        raise ValueError("pad_sequences: no sequences")
+    lengths = [len(s) for s in sequences]
+    if min(lengths) == 0:
+        raise ValueError(f"pad_sequences: sequence {lengths.index(0)} is empty")
+    out = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        out[row, :len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+    return out
+
+
+def collate_pairs(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    pad_id: int = PAD_ID,
+    sos_id: int = SOS_ID,
+    eos_id: int = EOS_ID,
+) -> Seq2SeqBatch:
+    """Turn ``(source ids, target ids)`` pairs, without specials, into a :class:`Seq2SeqBatch`.
+
+    ``src`` = source + EOS; ``tgt_out`` = target + EOS; ``tgt_in`` = SOS + target (the right
+    shift of ``tgt_out``); each padded with ``pad_id``.
+
+    Raises:
+        ValueError: no pairs, an empty side, or a side that already holds a special id.
+    """
+    if len(pairs) == 0:
+        raise ValueError("collate_pairs: no pairs")
+    specials = {pad_id, sos_id, eos_id}
+    for index, (source, target) in enumerate(pairs):
+        for side, ids in (("source", source), ("target", target)):
+            if len(ids) == 0:
+                raise ValueError(f"collate_pairs: the {side} of pair {index} is empty")
+            if specials.intersection(ids):
+                raise ValueError(
+                    f"collate_pairs: the {side} of pair {index} already holds a special id "
+                    f"({sorted(specials.intersection(ids))}); pass ids without PAD, SOS or EOS"
+                )
+    src = pad_sequences([list(s) + [eos_id] for s, _ in pairs], pad_id)
+    tgt_in = pad_sequences([[sos_id] + list(t) for _, t in pairs], pad_id)
+    tgt_out = pad_sequences([list(t) + [eos_id] for _, t in pairs], pad_id)
+    return Seq2SeqBatch(src, tgt_in, tgt_out)
+
+
+def encode_pairs(
+    pairs: Sequence[tuple[str, str]],
+    source_tokenizer,  # noqa: ANN001 - anything with encode_batch(texts) -> list[list[int]]
+    target_tokenizer=None,  # noqa: ANN001
+    *,
+    max_len: int | None = None,
+) -> list[tuple[list[int], list[int]]]:
+    """Token ids of ``(source, target)`` text pairs, ready for :func:`collate_pairs`.
+
+    ``target_tokenizer`` defaults to ``source_tokenizer`` (one joint vocabulary). The policy
+    for long sentences is to *drop* them from the data, never to cut them: a pair whose
+    source or target needs more than ``max_len`` positions with its EOS (or SOS) is left out
+    with a warning that counts them. A model cannot learn from a truncated target, and a
+    truncated source teaches it to leave words untranslated. Pairs with a side that encodes
+    to no tokens at all are dropped with a warning as well.
+
+    Raises:
+        ValueError: ``max_len`` is not a positive int.
+    """
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2):
+        raise ValueError(f"encode_pairs: max_len must be an int >= 2, got {max_len!r}")
+    target_tokenizer = target_tokenizer or source_tokenizer
+    sources = source_tokenizer.encode_batch([s for s, _ in pairs])
+    targets = target_tokenizer.encode_batch([t for _, t in pairs])
+    kept, too_long, empty = [], 0, 0
+    for source, target in zip(sources, targets):
+        if not source or not target:
+            empty += 1
+        elif max_len is not None and max(len(source), len(target)) + 1 > max_len:
+            too_long += 1
+        else:
+            kept.append((source, target))
+    if too_long:
+        warnings.warn(f"encode_pairs: dropped {too_long} of {len(pairs)} pairs longer than max_len={max_len} "
+                      "tokens (EOS included)", stacklevel=2)
+    if empty:
+        warnings.warn(f"encode_pairs: dropped {empty} of {len(pairs)} pairs with a side of no tokens", stacklevel=2)
+    return kept
+
+
+class BucketedBatches:
+    """Length-bucketed, shuffled batches of sentence pairs, addressable by training step.
+
+    Epoch ``e`` is made from a generator seeded with ``(seed, e)``: the pairs are shuffled,
+    cut into pools of ``pool_size`` pairs, each pool is sorted by length and packed greedily
+    into batches whose padded size ``(number of pairs) x (longest row)`` stays within
+    ``max_tokens``, and the batches of the epoch are shuffled. ``batches(step)`` returns the
+    batch of global step ``step`` (epochs follow each other), a pure function of the step.
+    With ``shuffle=False`` (for evaluation) one fixed epoch sorts all pairs by length.
+
+    Args:
+        examples: ``(source ids, target ids)`` pairs without specials (see :func:`encode_pairs`).
+        max_tokens: the most padded positions per batch, on the longer side (EOS/SOS included).
+        max_sentences: optionally, the most pairs per batch.
+        seed: seeds the shuffling.
+        shuffle: shuffle (training) or not (evaluation).
+        bucket: sort by length within pools (the default); ``False`` packs the shuffled pairs
+            as they come, the padding-heavy baseline that bucketing improves on.
+        pool_size: pairs sorted together; larger pools pad less, smaller are more random.
+
+    Raises:
+        ValueError: no examples, non-positive sizes, or a pair longer than ``max_tokens``.
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[tuple[Sequence[int], Sequence[int]]],
+        max_tokens: int,
+        *,
+        max_sentences: int | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        bucket: bool = True,
+        pool_size: int = 4096,
+        pad_id: int = PAD_ID,
+        sos_id: int = SOS_ID,
+        eos_id: int = EOS_ID,
+    ) -> None:
+        if len(examples) == 0:
+            raise ValueError("BucketedBatches: no examples")
+        for name, value in (("max_tokens", max_tokens), ("pool_size", pool_size), ("max_sentences", max_sentences)):
+            if value is None and name == "max_sentences":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BucketedBatches: {name} must be a positive int, got {value!r}")
+        self.examples = examples
+        self.lengths = np.array([max(len(s), len(t)) + 1 for s, t in examples])
+        longest = int(self.lengths.max())
+        if longest > max_tokens:
+            raise ValueError(f"BucketedBatches: max_tokens={max_tokens} is smaller than the longest pair "
+                             f"({longest} positions with EOS); raise max_tokens or drop long pairs")
+        self.max_tokens, self.max_sentences, self.seed = max_tokens, max_sentences, seed
+        self.shuffle, self.bucket, self.pool_size = shuffle, bucket, pool_size
+        self._specials = dict(pad_id=pad_id, sos_id=sos_id, eos_id=eos_id)
+        self._epochs: dict[int, list[np.ndarray]] = {}
+        self._starts = [0]  # _starts[e] = global step of epoch e's first batch
+
+    def _pack(self, order: np.ndarray) -> list[np.ndarray]:
+        batches, current, longest = [], [], 0
+        for index in order:
+            length = max(longest, int(self.lengths[index]))
+            full = (len(current) + 1) * length > self.max_tokens or (
+                self.max_sentences is not None and len(current) == self.max_sentences)
+            if current and full:
+                batches.append(np.array(current))
+                current, length = [], int(self.lengths[index])
+            current.append(index)
+            longest = length
+        batches.append(np.array(current))
+        return batches
+
+    def epoch(self, epoch: int) -> list[np.ndarray]:
+        """The batches of ``epoch`` (0-based) as arrays of example indices, in training order."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"BucketedBatches.epoch: epoch must be a non-negative int, got {epoch!r}")
+        if not self.shuffle:
+            epoch = 0
+        if epoch not in self._epochs:
+            if len(self._epochs) > 4:  # keep a few recent epochs
+                self._epochs.pop(min(self._epochs))
+            if self.shuffle:
+                rng = np.random.default_rng([self.seed, epoch])
+                order = rng.permutation(len(self.examples))
+                if self.bucket:
+                    pools = [order[i:i + self.pool_size] for i in range(0, len(order), self.pool_size)]
+                    batches = [b for pool in pools for b in self._pack(pool[np.argsort(self.lengths[pool], kind="stable")])]
+                else:
+                    batches = self._pack(order)
+                batches = [batches[i] for i in rng.permutation(len(batches))]
+            else:
+                order = np.argsort(self.lengths, kind="stable") if self.bucket else np.arange(len(self.examples))
+                batches = self._pack(order)
+            self._epochs[epoch] = batches
+        return self._epochs[epoch]
+
+    def __len__(self) -> int:
+        """Batches in epoch 0 (other epochs differ by a few batches at most)."""
+        return len(self.epoch(0))
+
+    def locate(self, step: int) -> tuple[int, int]:
+        """``(epoch, batch index within it)`` of global step ``step``."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"BucketedBatches: step must be a non-negative int, got {step!r}")
+        if not self.shuffle:
+            return 0, step % len(self)
+        while self._starts[-1] <= step:
+            self._starts.append(self._starts[-1] + len(self.epoch(len(self._starts) - 1)))
+        epoch = int(np.searchsorted(self._starts, step, side="right")) - 1
+        return epoch, step - self._starts[epoch]
+
+    def batch(self, indices: Sequence[int]) -> Seq2SeqBatch:
+        """Collate the examples at ``indices``."""
+        return collate_pairs([self.examples[int(i)] for i in indices], **self._specials)
+
+    def __call__(self, step: int) -> Seq2SeqBatch:
+        """The batch of global training step ``step``."""
+        epoch, index = self.locate(step)
+        return self.batch(self.epoch(epoch)[index])
+
+    def __iter__(self):  # noqa: ANN204
+        """The batches of one epoch (epoch 0, or the sorted epoch with ``shuffle=False``)."""
+        return (self.batch(indices) for indices in self.epoch(0))
+
+    def padding_share(self, epoch: int = 0) -> float:
+        """The share of padded positions (on the longer side) in ``epoch``'s batches."""
+        batches = self.epoch(epoch)
+        padded = sum(len(b) * int(self.lengths[b].max()) for b in batches)
+        return 1.0 - float(self.lengths.sum()) / padded

@@ -188,8 +188,38 @@ def test_fit_reduces_the_loss():
     assert history.val_loss[-1][1] < history.val_loss[0][1] < math.log(V)
     assert len(history.tokens_per_s) == 6 and all(r > 0 for _, r in history.tokens_per_s)
     assert history.lr[4][1] == pytest.approx(3e-2)  # peak at the warm-up step
-    assert set(history.to_dict()) == {"train_loss", "val_loss", "lr", "tokens_per_s"}
+    assert set(history.to_dict()) == {"train_loss", "val_loss", "lr", "tokens_per_s", "train_time_s"}
     assert History.from_dict(history.to_dict()) == history
+    # training time: at every log and validation step, increasing
+    assert [s for s, _ in history.train_time_s] == [10, 20, 30, 40, 50, 60]
+    times = [t for _, t in history.train_time_s]
+    assert all(b > a > 0 for a, b in zip(times, times[1:]))
+    assert history.time_at(60) == times[-1] and times[0] < history.time_at(15) < times[1]
+
+
+def test_time_budget_stops_training_and_resumes_with_a_larger_budget(tmp_path):
+    import time as clock
+
+    def slow_loss(model, batch):
+        clock.sleep(0.03)
+        return lm_loss(model, batch)
+
+    path = str(tmp_path / "budget.pt")
+    config = TrainConfig(steps=1000, lr=1e-2, warmup_steps=2, eval_every=500, log_every=500,
+                         checkpoint_path=path, checkpoint_every=500, time_budget_s=0.2)
+    history = fit(make_model(), batches, slow_loss, config, val_batches=val_batches, progress=False)
+    done = history.train_loss[-1][0]
+    assert 4 <= done < 20                                  # ~0.2 s / 0.03 s per step, far below 1000
+    assert history.train_time_s[-1] == (done, pytest.approx(history.train_time_s[-1][1]))
+    assert history.train_time_s[-1][1] >= 0.2
+    assert [s for s, _ in history.val_loss] == [done]      # validated at the last step
+    assert torch.load(path, weights_only=True)["step"] == done  # and checkpointed there
+    longer = TrainConfig(**{**config.__dict__, "time_budget_s": 0.4})
+    resumed = fit(make_model(), batches, slow_loss, longer, val_batches=val_batches, progress=False, resume=True)
+    assert resumed.train_loss[:done] == history.train_loss
+    assert resumed.train_loss[-1][0] > done and resumed.train_time_s[-1][1] >= 0.4
+    with pytest.raises(ValueError, match="time_budget_s must be positive"):
+        TrainConfig(time_budget_s=0)
 
 
 def test_validation_runs_in_eval_mode_and_restores_train_mode():

@@ -35,7 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
-from tqdm.auto import tqdm
+# The text progress bar everywhere: it renders in terminals, Jupyter and Colab alike, and
+# unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
+from tqdm.std import tqdm
 
 from transformer_book.runtime import seed_everything
 
@@ -210,6 +212,12 @@ class TrainConfig:
     and after the last; a checkpoint is written every ``checkpoint_every`` steps and after the
     last when ``checkpoint_path`` is set. ``smoothing`` is not used by :func:`fit` itself; it
     is there for the caller's ``loss_fn`` to read, so that one config describes the run.
+
+    ``time_budget_s`` stops training once this many seconds of training (forward, backward
+    and optimizer steps; validation and checkpoints not counted) have passed, or at ``steps``,
+    whichever comes first: how to compare models at equal training time. The number of steps
+    then depends on the machine's speed, so a run with a budget is repeatable only as far as
+    the machine's timing is.
     """
 
     steps: int = 1000
@@ -226,6 +234,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint_path: str | None = None
     checkpoint_every: int = 500
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "log_every", "checkpoint_every"):
@@ -247,18 +256,33 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: warmup_steps={self.warmup_steps} must be below steps={self.steps} for 'cosine'")
         if not 0.0 <= self.smoothing < 1.0:
             raise ValueError(f"TrainConfig: smoothing must lie in [0, 1), got {self.smoothing}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ValueError(f"TrainConfig: time_budget_s must be positive or None, got {self.time_budget_s}")
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise ValueError(f"TrainConfig: clip_norm must be positive or None, got {self.clip_norm}")
 
 
 @dataclass
 class History:
-    """What :func:`fit` measured, as ``(step, value)`` pairs; ``step`` counts completed steps."""
+    """What :func:`fit` measured, as ``(step, value)`` pairs; ``step`` counts completed steps.
+
+    ``train_time_s`` holds the cumulative training time in seconds (validation and
+    checkpoints excluded) at every logging and validation step, so that curves can be drawn
+    against time as well as against steps.
+    """
 
     train_loss: list[tuple[int, float]] = field(default_factory=list)
     val_loss: list[tuple[int, float]] = field(default_factory=list)
     lr: list[tuple[int, float]] = field(default_factory=list)
     tokens_per_s: list[tuple[int, float]] = field(default_factory=list)
+    train_time_s: list[tuple[int, float]] = field(default_factory=list)
+
+    def time_at(self, step: int) -> float:
+        """Training seconds spent up to ``step``, interpolated between recorded points."""
+        if not self.train_time_s:
+            raise ValueError("History.time_at: no times recorded")
+        steps, seconds = zip(*([(0, 0.0)] + self.train_time_s))
+        return float(np.interp(step, steps, seconds))
 
     def to_dict(self) -> dict[str, list[tuple[int, float]]]:
         return {k: [tuple(p) for p in v] for k, v in asdict(self).items()}
@@ -436,10 +460,12 @@ def fit(
 
     model.train()
     bar = tqdm(total=config.steps, initial=start, disable=not progress, desc="train", dynamic_ncols=True)
-    window_tokens, window_start, postfix = 0, time.perf_counter(), {}
+    window_tokens, window_seconds, postfix = 0, 0.0, {}
+    train_seconds = history.train_time_s[-1][1] if history.train_time_s else 0.0
     try:
         for step in range(start, config.steps):
             done = step + 1
+            step_start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
             with autocast():
                 loss, n_tokens = loss_fn(model, _to_device(train_batches(step), device))
@@ -460,24 +486,33 @@ def fit(
             else:
                 optimizer.step()
             scheduler.step()
+            seconds = time.perf_counter() - step_start
+            train_seconds += seconds
 
             history.train_loss.append((done, value))
             history.lr.append((done, lr))
             window_tokens += int(n_tokens)
+            window_seconds += seconds
             bar.update(1)
-            if done % config.log_every == 0 or done == config.steps:
-                elapsed = time.perf_counter() - window_start
-                rate = window_tokens / elapsed if elapsed > 0 else float("nan")
+            last = done == config.steps or (config.time_budget_s is not None and train_seconds >= config.time_budget_s)
+            logged = done % config.log_every == 0 or last
+            validated = val_batches is not None and (done % config.eval_every == 0 or last)
+            if logged:
+                rate = window_tokens / window_seconds if window_seconds > 0 else float("nan")
                 history.tokens_per_s.append((done, rate))
                 postfix.update(loss=f"{value:.4f}", tok_s=f"{rate:,.0f}")
                 bar.set_postfix(postfix, refresh=False)
-                window_tokens, window_start = 0, time.perf_counter()
-            if val_batches is not None and (done % config.eval_every == 0 or done == config.steps):
+                window_tokens, window_seconds = 0, 0.0
+            if logged or validated:
+                history.train_time_s.append((done, train_seconds))
+            if validated:
                 history.val_loss.append((done, _evaluate(model, loss_fn, val_batches(), device, autocast)))
                 postfix["val"] = f"{history.val_loss[-1][1]:.4f}"
                 bar.set_postfix(postfix, refresh=False)
-            if config.checkpoint_path is not None and (done % config.checkpoint_every == 0 or done == config.steps):
+            if config.checkpoint_path is not None and (done % config.checkpoint_every == 0 or last):
                 save(done)
+            if last:
+                break
     finally:
         bar.close()
     return history

@@ -61,3 +61,9 @@ def test_bleu_by_length_leaves_out_empty_buckets_and_checks_edges():
         bleu_by_length(["a"], ["a"], ["a"], edges=(20, 10))
     with pytest.raises(ValueError, match="1 sources for 2 hypotheses"):
         bleu_by_length(["a", "b"], ["a", "b"], ["a"])
+
+
+def test_lowercase_bleu_ignores_case_only():
+    hypotheses, references = ["A Dog runs in the Park"], ["a dog runs in the park"]
+    assert corpus_bleu(hypotheses, references, lowercase=True) == pytest.approx(100.0)
+    assert corpus_bleu(hypotheses, references) < 50.0

@@ -263,6 +263,15 @@ def test_show_source_of_a_method_is_dedented():
     assert listing.source == textwrap.dedent("".join(inspect.getsourcelines(runtime.SourceListing._repr_markdown_)[0]))
 
 
+def test_show_source_of_a_decorated_function_shows_the_function_and_its_file():
+    from transformer_book.decoding import greedy_decode  # wrapped by @torch.no_grad()
+
+    listing = show_source(greedy_decode)
+    assert listing.path == "transformer_book/decoding.py"
+    assert listing.qualname == "transformer_book.decoding.greedy_decode"
+    assert listing.source.startswith("@torch.no_grad()\ndef greedy_decode(")
+
+
 @pytest.mark.parametrize("obj", [len, 42])
 def test_show_source_without_source_raises(obj):
     with pytest.raises(ValueError, match="no source"):

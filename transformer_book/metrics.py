@@ -30,8 +30,12 @@ def _check_pair(hypotheses: Sequence[str], references: Sequence[str], where: str
         raise ValueError(f"{where}: no sentences to score")
 
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = False) -> float:
     """Corpus BLEU (0-100) of detokenised ``hypotheses`` against one reference each.
+
+    Cased by default, the standard for reporting. ``lowercase=True`` compares lower-cased
+    text, as tutorials that score lower-cased tokens do; it is higher, never comparable with
+    the cased score.
 
     Raises:
         ValueError: for unequal lengths, an empty corpus or non-string sentences.
@@ -39,7 +43,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     import sacrebleu
 
     _check_pair(hypotheses, references, "corpus_bleu")
-    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=lowercase).score)
 
 
 def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:

@@ -191,6 +191,7 @@ def show_source(obj: Any) -> SourceListing:
     Raises:
         ValueError: if the object's source cannot be found (a builtin, say).
     """
+    obj = inspect.unwrap(obj)  # a decorated function (say @torch.no_grad()): show the function itself
     try:
         lines, first = inspect.getsourcelines(obj)
         file = inspect.getsourcefile(obj)

@@ -36,7 +36,13 @@ def main() -> int:
                                 record_timing=True, resources={"metadata": {"path": str(path.resolve().parent)}})
         started = time.perf_counter()
         print(f"executing {path} (profile {os.environ['TB_PROFILE']}, {args.threads} threads) ...", flush=True)
-        client.execute()
+        try:
+            client.execute()
+        except Exception:
+            failed = path.with_suffix(".failed.ipynb")
+            nbformat.write(notebook, failed)  # the outputs up to the failing cell, to inspect
+            print(f"  failed; the partial notebook is in {failed}", flush=True)
+            raise
         nbformat.write(notebook, path)
         print(f"  done in {time.perf_counter() - started:.0f} s", flush=True)
     return 0

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from transformer_book.metrics import bleu_by_length, corpus_bleu, corpus_chrf
+from transformer_book.metrics import bleu_by_length, corpus_bleu, corpus_chrf, paired_bootstrap
 
 
 def test_bleu_by_hand_brevity_penalty_only():
@@ -67,3 +67,25 @@ def test_lowercase_bleu_ignores_case_only():
     hypotheses, references = ["A Dog runs in the Park"], ["a dog runs in the park"]
     assert corpus_bleu(hypotheses, references, lowercase=True) == pytest.approx(100.0)
     assert corpus_bleu(hypotheses, references) < 50.0
+
+
+def test_paired_bootstrap_separates_a_real_difference_from_none():
+    references = [f"a man in a {c} shirt is riding a {v} down the street" for c in ("red", "blue", "green", "black")
+                  for v in ("bike", "horse", "car", "scooter", "skateboard")] * 3
+    good = list(references)
+    bad = [r.replace("riding", "eating").replace("street", "lake") for r in references]
+    # Two systems with the same mistakes on complementary halves of the sentences: equal in
+    # expectation, so the test must not call them different.
+    even = [b if i % 2 == 0 else g for i, (g, b) in enumerate(zip(good, bad))]
+    odd = [b if i % 2 == 1 else g for i, (g, b) in enumerate(zip(good, bad))]
+    similar = paired_bootstrap(even, odd, references, n_samples=200)
+    assert abs(similar["baseline_bleu"] - similar["system_bleu"]) < 1.0
+    assert similar["p_value"] > 0.2
+    worse = paired_bootstrap(good, bad, references, n_samples=200)
+    assert worse["system_bleu"] < worse["baseline_bleu"] and worse["p_value"] < 0.01
+    assert worse["system_ci"] >= 0 and abs(worse["system_mean"] - worse["system_bleu"]) < 5
+    assert paired_bootstrap(good, bad, references, n_samples=200) == worse   # seeded: repeats
+    with pytest.raises(ValueError, match="n_samples"):
+        paired_bootstrap(good, bad, references, n_samples=0)
+    with pytest.raises(ValueError, match="hypotheses for"):
+        paired_bootstrap(good[:-1], bad, references)

@@ -206,6 +206,23 @@ def test_load_references_rejects_a_malformed_file_naming_it(tmp_path):
         load_references(tmp_path)
 
 
+def test_a_reference_applies_by_dataset_and_metric_pattern(tmp_path):
+    from transformer_book.results import reference_applies
+
+    reference = {key: "text" for key, kind in results.REFERENCE_KEYS.items() if kind is str}
+    reference.update(dataset="Multi30k", value=36.5, higher_is_better=True)
+    bleu, chrf = {"dataset": "Multi30k", "metric": "BLEU, Transformer"}, {"dataset": "Multi30k", "metric": "chrF, Transformer"}
+    assert reference_applies(reference, bleu) and reference_applies(reference, chrf)   # no pattern: every metric
+    assert not reference_applies(reference, {**bleu, "dataset": "Tatoeba"})
+    reference["metric_pattern"] = "^BLEU"
+    assert reference_applies(reference, bleu) and not reference_applies(reference, chrf)
+    _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [reference]})
+    assert load_references(tmp_path)[0]["metric_pattern"] == "^BLEU"
+    _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [{**reference, "metric_pattern": "(["}]})
+    with pytest.raises(ValueError, match="metric_pattern must be a regular expression"):
+        load_references(tmp_path)
+
+
 # --------------------------------------------------------------------------------------
 # the committed files
 # --------------------------------------------------------------------------------------

@@ -218,6 +218,8 @@ def test_time_budget_stops_training_and_resumes_with_a_larger_budget(tmp_path):
     resumed = fit(make_model(), batches, slow_loss, longer, val_batches=val_batches, progress=False, resume=True)
     assert resumed.train_loss[:done] == history.train_loss
     assert resumed.train_loss[-1][0] > done and resumed.train_time_s[-1][1] >= 0.4
+    spent = fit(make_model(), batches, slow_loss, longer, val_batches=val_batches, progress=False, resume=True)
+    assert spent.train_loss == resumed.train_loss  # the budget is spent: not one more step
     with pytest.raises(ValueError, match="time_budget_s must be positive"):
         TrainConfig(time_budget_s=0)
 
@@ -325,3 +327,59 @@ def test_fit_argument_errors(tmp_path):
         TrainConfig(clip_norm=0.0)
     with pytest.raises(ValueError, match="warmup_steps"):
         TrainConfig(steps=10, warmup_steps=10, schedule="cosine")
+
+
+# ----------------------------------------------------------------------------- saving a trained model
+
+def _tiny_tokenizer():
+    from transformer_book.subword import SubwordTokenizer
+
+    return SubwordTokenizer.train([f"ein hund {w} im park" for w in ("läuft", "spielt", "schläft")] * 5, vocab_size=30)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+def test_save_and_load_model_round_trip(tmp_path, kind):
+    from transformer_book.models import RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
+    from transformer_book.training import load_model, save_model
+
+    torch.manual_seed(0)
+    if kind == "transformer":
+        model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                              n_decoder_layers=1, max_len=20, share_embeddings=True))
+    else:
+        model = RNNSeq2Seq(RNNSeq2SeqConfig(30, 30, d_embedding=8, d_hidden=12, attention="bahdanau"))
+    tokenizer = _tiny_tokenizer()
+    path = save_model(tmp_path / "sub" / "model.pt", model, tokenizer=tokenizer, metadata={"bleu": 12.5, "steps": 7})
+    loaded, loaded_tokenizer, metadata = load_model(path)
+    assert type(loaded) is type(model) and loaded.config == model.config and not loaded.training
+    assert metadata == {"bleu": 12.5, "steps": 7}
+    assert loaded_tokenizer.to_bytes() == tokenizer.to_bytes()
+    src, tgt_in = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(src, tgt_in), model(src, tgt_in), rtol=0, atol=0)
+    if kind == "transformer":  # the shared embedding stays shared
+        assert loaded.src_embedding.weight is loaded.tgt_embedding.weight is loaded.output.weight
+
+
+def test_load_model_rejects_other_files(tmp_path):
+    from transformer_book.models import Transformer, TransformerConfig
+    from transformer_book.training import load_model, save_model
+
+    model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1))
+    path = save_model(tmp_path / "m.pt", model)
+    assert load_model(path)[1] is None
+    saved = torch.load(path, weights_only=True)
+    for name, change, message in [
+        ("version.pt", {"format_version": 99}, "format version 99"),
+        ("class.pt", {"class": "GPT5"}, "holds a 'GPT5'"),
+        ("weights.pt", {"config": {**saved["config"], "d_ff": 64}}, "does not match the model"),
+    ]:
+        torch.save({**saved, **change}, tmp_path / name)
+        with pytest.raises(ValueError, match=message):
+            load_model(tmp_path / name)
+    (tmp_path / "truncated.pt").write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ValueError, match="not a readable model file"):
+        load_model(tmp_path / "truncated.pt")
+    with pytest.raises(ValueError, match="can save"):
+        save_model(tmp_path / "x.pt", nn.Linear(2, 2))

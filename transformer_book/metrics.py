@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length"]
+__all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap"]
 
 
 def _check_pair(hypotheses: Sequence[str], references: Sequence[str], where: str) -> None:
@@ -96,3 +96,37 @@ def bleu_by_length(
             bleu = corpus_bleu([hypotheses[i] for i in indices], [references[i] for i in indices])
             rows.append({"bucket": name, "sentences": len(indices), "bleu": bleu})
     return rows
+
+
+def paired_bootstrap(
+    baseline: Sequence[str], system: Sequence[str], references: Sequence[str], *, n_samples: int = 1000
+) -> dict[str, float]:
+    """Is ``system``'s BLEU different from ``baseline``'s by more than chance? Paired bootstrap
+    resampling (Koehn, 2004), through sacrebleu's implementation of the Moses test.
+
+    Both systems are scored on ``n_samples`` resamples (with replacement) of the same test
+    sentences; the p-value is the share of resamples whose centred difference is at least as
+    large as the observed one (two-sided). The resampling is seeded (sacrebleu's
+    ``SACREBLEU_SEED``, 12345 by default), so the result repeats.
+
+    Returns:
+        ``{"baseline_bleu", "system_bleu", "p_value", "system_mean", "system_ci"}``; the mean and
+        the half-width of the 95% confidence interval are the system's over the resamples.
+
+    Raises:
+        ValueError: for unequal lengths, an empty corpus, non-string sentences or
+            ``n_samples < 1``.
+    """
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    _check_pair(baseline, references, "paired_bootstrap")
+    _check_pair(system, references, "paired_bootstrap")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"paired_bootstrap: n_samples must be a positive int, got {n_samples!r}")
+    test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
+                      [list(references)], test_type="bs", n_samples=n_samples)
+    _, scores = test()
+    base, result = scores["BLEU"]
+    return {"baseline_bleu": float(base.score), "system_bleu": float(result.score), "p_value": float(result.p_value),
+            "system_mean": float(result.mean), "system_ci": float(result.ci)}

@@ -47,7 +47,7 @@ import torch
 from transformer_book import runtime
 
 __all__ = ["SCHEMA_VERSION", "REQUIRED_KEYS", "REFERENCES_FILE", "REFERENCE_KEYS",
-           "record", "load_results", "load_references", "default_results_dir"]
+           "record", "load_results", "load_references", "reference_applies", "default_results_dir"]
 
 SCHEMA_VERSION = 1
 """The version of the files' layout, ``{"schema_version": 1, "entries": [entry, ...]}``."""
@@ -241,9 +241,11 @@ def load_references(results_dir: str | os.PathLike[str]) -> list[dict[str, Any]]
     """The published reference numbers of ``<results_dir>/references.json``, validated.
 
     The file is ``{"schema_version": 1, "references": [reference, ...]}``, each reference
-    with the keys of :data:`REFERENCE_KEYS` (and optionally ``bibtex``, the entry to cite it
-    by). The Results page shows a reference beside every result with the same ``dataset``.
-    A missing file holds no references.
+    with the keys of :data:`REFERENCE_KEYS`, and optionally ``bibtex`` (the entry to cite it
+    by) and ``metric_pattern`` (a regular expression). The Results page shows a reference
+    beside every result with the same ``dataset`` whose metric, when the reference has a
+    ``metric_pattern``, matches it (``re.search``): a BLEU reference then stands beside the
+    BLEU rows of a chapter, not beside its chrF rows. A missing file holds no references.
 
     Raises:
         ValueError: naming the file and the problem.
@@ -260,10 +262,24 @@ def load_references(results_dir: str | os.PathLike[str]) -> list[dict[str, Any]]
         _check_types(reference, REFERENCE_KEYS, where)
         if "bibtex" in reference and not isinstance(reference["bibtex"], str):
             raise ValueError(f"{where}: bibtex must be a string")
+        if "metric_pattern" in reference:
+            try:
+                re.compile(reference["metric_pattern"])
+            except (TypeError, re.error) as err:
+                raise ValueError(f"{where}: metric_pattern must be a regular expression ({err})") from None
         if reference["id"] in seen:
             raise ValueError(f"{where}: id {reference['id']!r} appears twice")
         seen.add(reference["id"])
     return references
+
+
+def reference_applies(reference: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether a published ``reference`` belongs beside a recorded result ``entry``: the same
+    ``dataset``, and the entry's metric matches the reference's ``metric_pattern`` if it has one."""
+    if reference["dataset"] != entry["dataset"]:
+        return False
+    pattern = reference.get("metric_pattern")
+    return pattern is None or re.search(pattern, entry["metric"]) is not None
 
 
 # --------------------------------------------------------------------------------------

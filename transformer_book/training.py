@@ -39,7 +39,9 @@ from torch.optim.lr_scheduler import LambdaLR
 # unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
 from tqdm.std import tqdm
 
+from transformer_book.models import RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
 from transformer_book.runtime import seed_everything
+from transformer_book.subword import SubwordTokenizer
 
 __all__ = [
     "label_smoothed_cross_entropy",
@@ -50,6 +52,8 @@ __all__ = [
     "History",
     "fit",
     "CHECKPOINT_VERSION",
+    "save_model",
+    "load_model",
 ]
 
 CHECKPOINT_VERSION = 1
@@ -341,7 +345,7 @@ def _save_atomic(obj: dict[str, Any], path: str) -> None:
         raise
 
 
-def _check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path: str) -> None:
+def _check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path: str, where: str = "fit") -> None:
     current = model.state_dict()
     missing = sorted(set(current) - set(saved))
     unexpected = sorted(set(saved) - set(current))
@@ -350,7 +354,7 @@ def _check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path:
     if missing or unexpected or shapes:
         parts = [f"missing keys {missing}" if missing else "", f"unexpected keys {unexpected}" if unexpected else "",
                  f"shape mismatches [{'; '.join(shapes)}]" if shapes else ""]
-        raise ValueError(f"fit: checkpoint {path} does not match the model: " + ", ".join(p for p in parts if p))
+        raise ValueError(f"{where}: checkpoint {path} does not match the model: " + ", ".join(p for p in parts if p))
 
 
 def _make_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LambdaLR:
@@ -464,6 +468,8 @@ def fit(
     train_seconds = history.train_time_s[-1][1] if history.train_time_s else 0.0
     try:
         for step in range(start, config.steps):
+            if config.time_budget_s is not None and train_seconds >= config.time_budget_s:
+                break  # resumed from a run whose budget was already spent
             done = step + 1
             step_start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
@@ -516,3 +522,63 @@ def fit(
     finally:
         bar.close()
     return history
+
+
+MODEL_FORMAT_VERSION = 1
+"""Format version of the files :func:`save_model` writes."""
+_SAVABLE = {"Transformer": (Transformer, TransformerConfig), "RNNSeq2Seq": (RNNSeq2Seq, RNNSeq2SeqConfig)}
+
+
+def save_model(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    *,
+    tokenizer: SubwordTokenizer | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write a trained model so that :func:`load_model` rebuilds it: its class, its config, its
+    weights, the tokeniser it reads and writes with, and ``metadata`` (plain values such as
+    scores or the number of training steps). Written atomically, like :func:`fit`'s
+    checkpoints, so a crash never leaves a truncated file.
+
+    Raises:
+        ValueError: a model of a class the package cannot rebuild (see ``_SAVABLE``).
+    """
+    name = type(model).__name__
+    if name not in _SAVABLE or not isinstance(model, _SAVABLE[name][0]):
+        raise ValueError(f"save_model: can save {sorted(_SAVABLE)}, not {type(model).__qualname__}")
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    _save_atomic({
+        "format_version": MODEL_FORMAT_VERSION, "class": name, "config": asdict(model.config), "model": state,
+        "tokenizer": tokenizer.to_bytes() if tokenizer is not None else None, "metadata": dict(metadata or {}),
+    }, str(path))
+    return Path(path)
+
+
+def load_model(
+    path: str | os.PathLike[str], *, device: torch.device | str = "cpu"
+) -> tuple[nn.Module, SubwordTokenizer | None, dict[str, Any]]:
+    """Rebuild a model written by :func:`save_model`: ``(model in eval mode, tokenizer or None, metadata)``.
+
+    Only tensors and plain values are unpickled (``torch.load(weights_only=True)``).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not a model file of this format version, names a class the
+            package cannot rebuild, or holds weights that do not fit its config.
+    """
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, ValueError) as err:  # truncated or not a torch file
+        raise ValueError(f"load_model: {path} is not a readable model file ({type(err).__name__}: {err})") from None
+    if not isinstance(saved, dict) or saved.get("format_version") != MODEL_FORMAT_VERSION:
+        found = saved.get("format_version") if isinstance(saved, dict) else type(saved).__name__
+        raise ValueError(f"load_model: {path} has format version {found!r}, expected {MODEL_FORMAT_VERSION}")
+    if saved.get("class") not in _SAVABLE:
+        raise ValueError(f"load_model: {path} holds a {saved.get('class')!r}; known classes: {sorted(_SAVABLE)}")
+    model_class, config_class = _SAVABLE[saved["class"]]
+    model = model_class(config_class(**saved["config"]))
+    _check_model_matches(model, saved["model"], str(path), where="load_model")
+    model.load_state_dict(saved["model"])
+    tokenizer = SubwordTokenizer(saved["tokenizer"]) if saved.get("tokenizer") is not None else None
+    return model.to(device).eval(), tokenizer, dict(saved.get("metadata") or {})

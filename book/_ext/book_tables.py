@@ -207,7 +207,7 @@ class ResultsTable(_BookTableDirective):
     CONTEXT_KEYS = ("dataset", "split", "profile", "device", "recorded_date", "package_version", "torch_version", "notes")
 
     def build(self) -> list[nodes.Node]:
-        from transformer_book.results import load_references, load_results
+        from transformer_book.results import load_references, load_results, reference_applies
 
         folder = self.results_dir()
         entries = load_results(folder)
@@ -231,7 +231,7 @@ class ResultsTable(_BookTableDirective):
                 published = [
                     f"{ref['id']}:{NBSP}" + (f"{ref['value']:g}" if ref["value"] is not None else "none")
                     for ref in references
-                    if ref["dataset"] == entry["dataset"]
+                    if reference_applies(ref, entry)
                 ]
                 rows.append(([
                     Cell(f"{escape(entry['metric'])} {direction}", note=self.describe(own)),

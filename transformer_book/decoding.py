@@ -11,7 +11,7 @@ length limit. A batch decodes all its sentences together: each sentence stops at
 EOS and is padded with PAD from then on, and the loop ends when every sentence has stopped.
 
 The functions here work with any model that has the encoder-decoder interface of
-:class:`~transformer_book.models.Transformer` and :class:`~transformer_book.models.RNNSeq2Seq`:
+:class:`~transformer_book.models.transformer.Transformer` and :class:`~transformer_book.models.rnn.RNNSeq2Seq`:
 
 * ``model.encode(src) -> (memory, src_mask)``
 * ``model.decode(tgt_in, memory, src_mask) -> states (B, n, d)``

@@ -6,7 +6,7 @@ with surrounding whitespace stripped. A pair with an empty side is dropped with 
 counts, that cannot be decompressed or decoded, or that have malformed lines raise a
 :class:`~transformer_book.data.download.DataError` naming the file.
 
-Tatoeba's licence (CC BY 2.0) requires the credit line :data:`TATOEBA_ATTRIBUTION` wherever
+Tatoeba's licence (CC BY 2.0) requires the credit line :data:`~transformer_book.data.TATOEBA_ATTRIBUTION` wherever
 its sentences are shown.
 """
 
@@ -115,7 +115,7 @@ def load_multi30k(split: str = "train", *, download: bool = True) -> list[tuple[
     Args:
         split: ``"train"`` (29,000 pairs), ``"val"`` (1,014) or ``"test"`` (the 1,000 pairs of
             ``test_2016_flickr``; that name is accepted too).
-        download: as for :func:`~transformer_book.data.download.fetch`.
+        download: as for :func:`~transformer_book.data.fetch`.
 
     Raises:
         ValueError: an unknown split (the message lists the known ones).
@@ -133,7 +133,7 @@ def load_tatoeba(*, download: bool = True) -> list[tuple[str, str]]:
     """Tatoeba's German-English sentence pairs (manythings.org, 2018-05-13; 169,813 pairs) as
     ``(german, english)``, sorted by length as in the file.
 
-    The licence is CC BY 2.0: show :data:`TATOEBA_ATTRIBUTION` wherever the sentences are used.
+    The licence is CC BY 2.0: show :data:`~transformer_book.data.TATOEBA_ATTRIBUTION` wherever the sentences are used.
 
     Raises:
         DataError: the zip archive is corrupt, lacks ``deu.txt``, or holds malformed lines.

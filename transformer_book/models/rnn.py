@@ -22,7 +22,7 @@ and, per layer :math:`l`, the decoder's initial state summarises the whole sente
   :math:`s_t` -- so the decoder must loop over time, one step after the other. This
   sequential dependence is what the Transformer removes.
 
-Conventions as in :class:`~transformer_book.models.Transformer` (so that the decoders and the
+Conventions as in :class:`~transformer_book.models.transformer.Transformer` (so that the decoders and the
 training loss serve both): ``tgt_in`` is the target shifted right with SOS first, the output
 at position ``t`` predicts target token ``t``, and sources are right-padded with ``pad_id``.
 """
@@ -230,7 +230,7 @@ def _check_tokens(tokens: torch.Tensor, name: str, vocab_size: int) -> None:
 
 
 class RNNSeq2Seq(nn.Module):
-    r"""A recurrent encoder-decoder with the interface of :class:`~transformer_book.models.Transformer`.
+    r"""A recurrent encoder-decoder with the interface of :class:`~transformer_book.models.transformer.Transformer`.
 
     ``forward(src, tgt_in)``: ``src`` ``(B, m)`` right-padded and ``tgt_in`` ``(B, n)`` integer
     ids -> logits ``(B, n, tgt_vocab_size)``, by teacher forcing. Split as ``encode`` ->

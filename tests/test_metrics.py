@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from transformer_book.metrics import bleu_by_length, corpus_bleu, corpus_chrf, paired_bootstrap
+from transformer_book.metrics import bleu_by_length, corpus_bleu, corpus_chrf, distinct_n, paired_bootstrap
 
 
 def test_bleu_by_hand_brevity_penalty_only():
@@ -89,3 +89,16 @@ def test_paired_bootstrap_separates_a_real_difference_from_none():
         paired_bootstrap(good, bad, references, n_samples=0)
     with pytest.raises(ValueError, match="hypotheses for"):
         paired_bootstrap(good[:-1], bad, references)
+
+
+def test_distinct_n_by_hand():
+    sentences = ["the cat sat", "the cat ran", "a dog"]
+    # unigrams: the cat sat the cat ran a dog -> 8, distinct 6; bigrams: 5, distinct 4
+    assert distinct_n(sentences, 1) == pytest.approx(6 / 8)
+    assert distinct_n(sentences, 2) == pytest.approx(4 / 5)
+    assert distinct_n(["a a a a"], 1) == pytest.approx(1 / 4)
+    assert distinct_n(sentences, 3) == pytest.approx(1.0)      # "a dog" adds no trigram
+    with pytest.raises(ValueError, match="no 4-gram"):
+        distinct_n(sentences, 4)
+    with pytest.raises(ValueError, match="positive int"):
+        distinct_n(sentences, 0)

@@ -327,6 +327,17 @@ def test_fit_argument_errors(tmp_path):
         TrainConfig(clip_norm=0.0)
     with pytest.raises(ValueError, match="warmup_steps"):
         TrainConfig(steps=10, warmup_steps=10, schedule="cosine")
+    with pytest.raises(ValueError, match="min_lr_ratio"):
+        TrainConfig(min_lr_ratio=-0.1)
+
+
+def test_fit_cosine_schedule_ends_at_min_lr_ratio():
+    config = TrainConfig(steps=20, lr=1e-2, warmup_steps=4, schedule="cosine", min_lr_ratio=0.1, eval_every=20,
+                         log_every=1, smoothing=0.0)
+    history = fit(make_model(), batches, lm_loss, config, progress=False)
+    lrs = [lr for _, lr in history.lr]
+    assert lrs[3] == pytest.approx(1e-2) and max(lrs) == pytest.approx(1e-2)
+    assert lrs[-1] == pytest.approx(1e-3) and min(lrs) == pytest.approx(1e-3)
 
 
 # ----------------------------------------------------------------------------- saving a trained model

@@ -239,3 +239,23 @@ def test_bucketed_batches_bad_input():
         BucketedBatches([([4] * 30, [5])], 10)
     with pytest.raises(ValueError, match="step must be a non-negative int"):
         BucketedBatches(_examples(5), 100)(-1)
+
+
+# ----------------------------------------------------------------------------- language-model windows
+
+def test_random_windows_are_next_token_pairs_and_repeat_by_step():
+    from transformer_book.data import RandomWindows
+
+    ids = torch.arange(100)
+    windows = RandomWindows(ids, context=8, batch_size=5, seed=1)
+    x, y = windows(3)
+    assert x.shape == y.shape == (5, 8)
+    assert torch.equal(y, x + 1)                              # y is x shifted by one position
+    assert torch.equal(x[:, 1:], x[:, :-1] + 1)               # contiguous windows
+    assert x.min() >= 0 and y.max() <= 99
+    assert torch.equal(RandomWindows(ids, 8, 5, seed=1)(3)[0], x)  # a pure function of (seed, step)
+    assert not torch.equal(windows(4)[0], x)
+    with pytest.raises(ValueError, match="too few"):
+        RandomWindows(torch.arange(8), context=8, batch_size=2)
+    with pytest.raises(ValueError, match="1-D integer"):
+        RandomWindows(torch.zeros(50), context=8, batch_size=2)

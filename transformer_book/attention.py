@@ -13,12 +13,13 @@ with ``Q`` of shape ``(..., n, d_k)``, ``K`` of shape ``(..., m, d_k)`` and ``V`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention"]
+__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "KVCache"]
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -200,6 +201,12 @@ class MultiHeadAttention(nn.Module):
         kdim, vdim: feature sizes of ``key`` and ``value`` if not ``d_model`` (cross-attention
             from a memory of another width).
 
+    With a :class:`KVCache` (incremental decoding, chapter 9) the keys and values of earlier
+    calls are reused: a non-static cache appends this call's keys and values to the stored
+    ones and attends over all of them (``mask`` then covers the ``m`` stored plus new keys);
+    a static cache computes them from ``key`` and ``value`` on the first call and ignores
+    ``key`` and ``value`` afterwards (cross-attention to a fixed memory).
+
     Shapes:
         ``query`` ``(B, n, d_model)``, ``key`` ``(B, m, kdim)``, ``value`` ``(B, m, vdim)``;
         ``mask`` boolean, True = excluded, one of ``(n, m)``, ``(B, 1, m)``, ``(B, n, m)`` (a head
@@ -254,13 +261,19 @@ class MultiHeadAttention(nn.Module):
         *,
         need_weights: bool = True,
         bias: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, n, m = self._check_inputs(query, key, value)
-        mask = self._head_mask(mask, batch, n, m)
         # (B, length, d_model) -> (B, h, length, d_k): split the features into heads.
         q = self.w_q(query).view(batch, n, self.n_heads, self.d_k).transpose(1, 2)
-        k = self.w_k(key).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
-        v = self.w_v(value).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
+        if cache is not None and cache.static and cache.k is not None:
+            k, v = cache.k, cache.v  # cross-attention while decoding: the memory's, computed once
+        else:
+            k = self.w_k(key).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
+            v = self.w_v(value).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
+            if cache is not None:  # self-attention while decoding: the earlier positions' too
+                k, v = cache.update(k, v)
+        mask = self._head_mask(mask, batch, n, k.shape[2])
         p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
@@ -333,3 +346,41 @@ class MultiHeadAttention(nn.Module):
             return mask.unsqueeze(1)
         _check_mask(mask, torch.Size((batch, self.n_heads, n, m)), "MultiHeadAttention")
         return mask
+
+
+@dataclass
+class KVCache:
+    r"""The keys and values one attention layer has computed so far, kept between decoding steps.
+
+    Generating token :math:`t+1` needs the keys and values of positions :math:`0..t`; without a
+    cache every step recomputes them for the whole prefix. ``k`` and ``v`` have shape
+    ``(B, h, t, d_k)``. A self-attention cache grows by the new positions at every call
+    (:meth:`update`); a ``static`` cache (cross-attention) is filled once from the encoder's
+    memory and reused unchanged.
+    """
+
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    static: bool = False
+
+    def __len__(self) -> int:
+        """The number of positions stored (0 when empty)."""
+        return 0 if self.k is None else self.k.shape[2]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new keys and values ``(B, h, n, d_k)`` (after the earlier ones, unless
+        static) and return everything stored."""
+        if self.k is not None and (k.shape[0] != self.k.shape[0] or k.shape[1] != self.k.shape[1]):
+            raise ValueError(f"KVCache: new keys of shape {tuple(k.shape)} do not continue the cached "
+                             f"{tuple(self.k.shape)} (batch and heads must agree)")
+        if self.static or self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def select(self, index: torch.Tensor) -> KVCache:
+        """A cache holding the batch rows ``index`` (a beam search reorders its hypotheses)."""
+        if self.k is None:
+            return KVCache(static=self.static)
+        return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), self.static)

@@ -29,7 +29,8 @@ from torch import nn
 from transformer_book.data.batching import pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
-__all__ = ["greedy_decode", "translate"]
+__all__ = ["greedy_decode", "translate", "filter_top_k", "filter_top_p", "next_token_distribution", "generate",
+           "length_penalty", "beam_search"]
 
 
 def _check_src(src: torch.Tensor, where: str) -> None:
@@ -150,3 +151,311 @@ def translate(
         for i, row in zip(chunk, hypotheses.cpu()):
             out[i] = target_tokenizer.decode(row)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Chapter 8: truncated distributions, sampling and beam search; chapter 9: the cache
+# --------------------------------------------------------------------------------------
+
+
+def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    r"""Keep the ``k`` highest logits of every row, set the others to :math:`-\infty`.
+
+    A token tied with the ``k``-th highest logit is kept too (so a row may keep more than
+    ``k``): which of equal tokens to drop would otherwise depend on the sort's order.
+
+    Raises:
+        ValueError: ``k`` is not a positive int.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"filter_top_k: k must be a positive int, got {k!r}")
+    k = min(k, logits.shape[-1])
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]            # (..., 1): the k-th highest
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    r"""Nucleus filtering (Holtzman et al., 2020): keep the most probable tokens until their
+    probability reaches ``p``, set the others to :math:`-\infty`.
+
+    Token :math:`v` is kept when the tokens *more* probable than it hold less than ``p``:
+
+    .. math:: \sum_{u:\, P(u) > P(v)} P(u) < p ,
+
+    so the token whose probability crosses ``p`` is kept, the most probable token always is,
+    and tokens tied in probability are kept or dropped together.
+
+    Raises:
+        ValueError: ``p`` outside :math:`(0, 1]`.
+    """
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"filter_top_p: p must lie in (0, 1], got {p!r}")
+    probs = torch.softmax(logits.float(), dim=-1)
+    # mass strictly above each token: sum over u of P(u) [P(u) > P(v)], via the sorted cumulative sum
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    cumulative = sorted_probs.cumsum(dim=-1) - sorted_probs                    # mass before, in sorted order
+    # equal probabilities must see the same "mass above": take the smallest over each tie group
+    first_of_tie = torch.searchsorted(-sorted_probs.contiguous(), -sorted_probs.contiguous(), side="left")
+    above_sorted = cumulative.gather(-1, first_of_tie)
+    above = torch.empty_like(above_sorted).scatter_(-1, order, above_sorted)
+    return logits.masked_fill(above >= p, float("-inf"))
+
+
+def next_token_distribution(
+    logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    r"""The distribution that sampling draws from: :math:`\operatorname{softmax}(z / T)` after
+    top-k and then top-p filtering of :math:`z / T`. ``temperature=0`` is the limit
+    :math:`T \to 0`: all mass on the argmax (greedy decoding).
+
+    Returns:
+        Probabilities of ``logits``' shape, each row summing to one.
+
+    Raises:
+        ValueError: a negative temperature, or a bad ``top_k`` or ``top_p``.
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"next_token_distribution: temperature must be a non-negative number, got {temperature!r}")
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(torch.float32)
+    scaled = logits.float() / temperature
+    if top_k is not None:
+        scaled = filter_top_k(scaled, top_k)
+    if top_p is not None:
+        scaled = filter_top_p(scaled, top_p)
+    return torch.softmax(scaled, dim=-1)
+
+
+def _select(obj: Any, index: torch.Tensor) -> Any:
+    """Rows ``index`` (dim 0) of every tensor or cache in a nested structure."""
+    from transformer_book.attention import KVCache
+
+    if isinstance(obj, torch.Tensor):
+        return obj.index_select(0, index)
+    if isinstance(obj, KVCache):
+        return obj.select(index)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_select(o, index) for o in obj)
+    return obj
+
+
+class _Session:
+    """Scores continuations of a batch of prefixes, for an encoder-decoder (``src`` given) or a
+    decoder-only model (``prompt`` given), with or without the key/value cache.
+
+    ``prefix`` holds every row's tokens so far (SOS, or the prompt, first); :meth:`logits`
+    returns the next-token logits of every row; :meth:`advance` appends one token per row;
+    :meth:`select` keeps some rows (beam search).
+    """
+
+    def __init__(self, model: nn.Module, *, src: torch.Tensor | None, prompt: torch.Tensor | None,
+                 sos_id: int, use_cache: bool) -> None:
+        self.model, self.use_cache = model, use_cache
+        self.seq2seq = hasattr(model, "encode")
+        if self.seq2seq:
+            if src is None or prompt is not None:
+                raise ValueError("decoding: an encoder-decoder model needs src (and no prompt)")
+            _check_src(src, "decoding")
+            self.memory, self.src_mask = model.encode(src)
+            self.prefix = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)
+        else:
+            if prompt is None or src is not None:
+                raise ValueError("decoding: a decoder-only model needs a prompt (and no src)")
+            _check_src(prompt, "decoding")
+            self.memory = self.src_mask = None
+            self.prefix = prompt
+        self.cache: Any = None
+        self.pending = self.prefix  # the tokens the cache has not seen yet
+
+    def logits(self) -> torch.Tensor:
+        model = self.model
+        if self.seq2seq:
+            if self.use_cache:
+                states, self.cache = model.decode_step(self.pending, self.memory, self.src_mask, self.cache)
+                return model.output(states[:, -1])
+            return model.output(model.decode(self.prefix, self.memory, self.src_mask)[:, -1])
+        if self.use_cache:
+            out, self.cache = model.decode_step(self.pending, self.cache)
+            return out[:, -1]
+        return model(self.prefix)[:, -1]
+
+    def advance(self, tokens: torch.Tensor) -> None:
+        self.prefix = torch.cat([self.prefix, tokens[:, None]], dim=1)
+        self.pending = tokens[:, None]
+
+    def select(self, index: torch.Tensor) -> None:
+        self.prefix, self.pending = self.prefix.index_select(0, index), self.pending.index_select(0, index)
+        self.memory, self.src_mask, self.cache = (_select(x, index) for x in (self.memory, self.src_mask, self.cache))
+
+
+def _check_max_new_tokens(model: nn.Module, max_new_tokens: int, start: int, where: str) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"{where}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_len", None) or getattr(config, "context", None)
+    if limit is not None and start + max_new_tokens - 1 > limit:
+        raise ValueError(f"{where}: {start} prefix tokens + {max_new_tokens} new ones need "
+                         f"{start + max_new_tokens - 1} positions, more than the model's {limit}")
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    *,
+    src: torch.Tensor | None = None,
+    prompt: torch.Tensor | None = None,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+    sos_id: int = SOS_ID,
+    eos_id: int | None = EOS_ID,
+    pad_id: int = PAD_ID,
+) -> torch.Tensor:
+    """Generate continuations, greedily (``temperature=0``, the default) or by sampling from
+    :func:`next_token_distribution` (temperature, top-k, top-p).
+
+    For an encoder-decoder pass ``src`` ``(B, m)``: decoding starts from SOS. For a
+    decoder-only model pass ``prompt`` ``(B, n)`` (equal-length prompts). Each row stops at
+    its own ``eos_id`` (``None``: never) and is padded with ``pad_id`` afterwards.
+    ``use_cache=False`` recomputes the whole prefix at every step (the reference the cache is
+    checked against).
+
+    Returns:
+        ``(B, T)`` new token ids, ``T <= max_new_tokens`` (the prompt or SOS not included).
+    """
+    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache)
+    _check_max_new_tokens(model, max_new_tokens, session.prefix.shape[1], "generate")
+    was_training = model.training
+    model.eval()
+    try:
+        finished = torch.zeros(session.prefix.shape[0], dtype=torch.bool, device=session.prefix.device)
+        new = []
+        for _ in range(max_new_tokens):
+            logits = session.logits()                                       # (B, V)
+            if temperature == 0:
+                token = logits.argmax(dim=-1)
+            else:
+                probs = next_token_distribution(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+                token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            token = token.masked_fill(finished, pad_id)
+            new.append(token)
+            session.advance(token)
+            if eos_id is not None:
+                finished |= token == eos_id
+                if bool(finished.all()):
+                    break
+    finally:
+        model.train(was_training)
+    return torch.stack(new, dim=1)
+
+
+def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
+    r"""GNMT's length penalty (Wu et al., 2016): :math:`lp(Y) = (5 + |Y|)^\alpha / 6^\alpha`.
+    Dividing a hypothesis's log-probability by it favours longer outputs; :math:`\alpha = 0`
+    gives 1 (no normalisation)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(
+    model: nn.Module,
+    *,
+    src: torch.Tensor | None = None,
+    prompt: torch.Tensor | None = None,
+    beam_size: int,
+    max_new_tokens: int,
+    normalize: str | None = None,
+    alpha: float = 0.6,
+    use_cache: bool = True,
+    sos_id: int = SOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[list[tuple[list[int], float]]]:
+    r"""Beam search: keep the ``beam_size`` most probable prefixes at every step.
+
+    Every live hypothesis is extended by every token; of the candidates, scored by their
+    summed log-probability :math:`\sum_t \log P(y_t \mid y_{<t}, x)`, the best ``beam_size``
+    that do not end in EOS stay live, and those that end in EOS are finished. Each batch
+    element finishes on its own, once it has ``beam_size`` finished hypotheses, or at
+    ``max_new_tokens`` (then its live hypotheses count as finished). Finished hypotheses are
+    ranked by
+
+    * ``normalize=None``: the summed log-probability (favours short outputs);
+    * ``"length"``: the mean log-probability per token (EOS counted);
+    * ``"gnmt"``: the sum divided by :func:`length_penalty` with ``alpha``.
+
+    Returns:
+        For each batch element, its finished hypotheses, best first, as ``(tokens, score)``
+        (tokens without SOS, with their EOS when they have one).
+
+    Raises:
+        ValueError: ``beam_size`` below 1, an unknown ``normalize``, or a bad input.
+    """
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_search: beam_size must be a positive int, got {beam_size!r}")
+    if normalize not in (None, "length", "gnmt"):
+        raise ValueError(f"beam_search: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
+    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache)
+    _check_max_new_tokens(model, max_new_tokens, session.prefix.shape[1], "beam_search")
+    start = session.prefix.shape[1]
+
+    def final_score(total: float, length: int) -> float:
+        if normalize == "length":
+            return total / length
+        if normalize == "gnmt":
+            return total / float(length_penalty(length, alpha))
+        return total
+
+    batch = session.prefix.shape[0]
+    device = session.prefix.device
+    finished: list[list[tuple[list[int], float]]] = [[] for _ in range(batch)]
+    owner = torch.arange(batch, device=device)            # the batch element of every live row
+    scores = torch.zeros(batch, device=device)            # summed log-probabilities of the live rows
+    was_training = model.training
+    model.eval()
+    try:
+        for step in range(max_new_tokens):
+            log_probs = torch.log_softmax(session.logits().float(), dim=-1)   # (R, V)
+            vocab = log_probs.shape[-1]
+            candidates = scores[:, None] + log_probs                            # (R, V)
+            keep_rows, keep_tokens, keep_scores = [], [], []
+            for b in owner.unique(sorted=True).tolist():
+                rows = torch.nonzero(owner == b).flatten()
+                flat = candidates[rows].flatten()                               # (r * V,)
+                order = torch.argsort(flat, descending=True, stable=True)[:2 * beam_size]
+                live = 0
+                for position in order.tolist():
+                    row, token = rows[position // vocab].item(), position % vocab
+                    total = flat[position].item()
+                    if total == float("-inf"):
+                        break
+                    if token == eos_id:
+                        tokens = session.prefix[row, start:].tolist() + [token]
+                        finished[b].append((tokens, final_score(total, len(tokens))))
+                    elif step + 1 == max_new_tokens:
+                        tokens = session.prefix[row, start:].tolist() + [token]
+                        finished[b].append((tokens, final_score(total, len(tokens))))
+                        live += 1
+                    else:
+                        keep_rows.append(row)
+                        keep_tokens.append(token)
+                        keep_scores.append(total)
+                        live += 1
+                    if live == beam_size:
+                        break
+                if len(finished[b]) >= beam_size:                               # this element is done
+                    drop = [i for i, r in enumerate(keep_rows) if owner[r].item() == b]
+                    for i in reversed(drop):
+                        del keep_rows[i], keep_tokens[i], keep_scores[i]
+            if not keep_rows:
+                break
+            index = torch.tensor(keep_rows, device=device)
+            session.select(index)
+            owner = owner.index_select(0, index)
+            scores = torch.tensor(keep_scores, device=device)
+            session.advance(torch.tensor(keep_tokens, device=device))
+    finally:
+        model.train(was_training)
+    return [sorted(hyps, key=lambda h: h[1], reverse=True) for hyps in finished]

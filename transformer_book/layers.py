@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book.attention import MultiHeadAttention
+from transformer_book.attention import KVCache, MultiHeadAttention
 
 __all__ = ["LayerNorm", "PositionwiseFeedForward", "EncoderLayer", "DecoderLayer"]
 
@@ -127,7 +127,8 @@ class EncoderLayer(nn.Module):
     Shapes: ``x`` ``(B, n, d_model)``; ``mask`` as for
     :class:`~transformer_book.attention.MultiHeadAttention` (typically the padding mask
     ``(B, 1, n)``). Returns ``(B, n, d_model)``, or ``(output, weights (B, h, n, n))`` with
-    ``need_weights=True``.
+    ``need_weights=True``. With a :class:`~transformer_book.attention.KVCache` the
+    self-attention also reads the keys and values of earlier calls (incremental decoding).
     """
 
     def __init__(
@@ -153,10 +154,11 @@ class EncoderLayer(nn.Module):
         return f"norm_first={self.norm_first}"
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights)
+            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights, cache=cache)
             return self.dropout1(out), weights
 
         if self.norm_first:
@@ -186,6 +188,8 @@ class DecoderLayer(nn.Module):
     broadcastable to ``(B, h, n, n)`` (causal OR target padding); ``memory_mask`` to
     ``(B, h, n, m)`` (source padding ``(B, 1, m)``). Returns ``(B, n, d_model)``, or with
     ``need_weights=True`` ``(output, self_weights (B, h, n, n), cross_weights (B, h, n, m))``.
+    ``cache`` is a pair of :class:`~transformer_book.attention.KVCache`, a growing one for the
+    self-attention and a static one for the cross-attention (incremental decoding).
     """
 
     def __init__(
@@ -219,13 +223,16 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None = None,
         *,
         need_weights: bool = False,
+        cache: tuple[KVCache, KVCache] | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+
         def self_attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            out, weights = self.self_attn(h, h, h, self_mask, need_weights=need_weights)
+            out, weights = self.self_attn(h, h, h, self_mask, need_weights=need_weights, cache=self_cache)
             return self.dropout1(out), weights
 
         def cross_attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            out, weights = self.cross_attn(h, memory, memory, memory_mask, need_weights=need_weights)
+            out, weights = self.cross_attn(h, memory, memory, memory_mask, need_weights=need_weights, cache=cross_cache)
             return self.dropout2(out), weights
 
         if self.norm_first:

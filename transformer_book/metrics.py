@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap"]
+__all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap", "distinct_n"]
 
 
 def _check_pair(hypotheses: Sequence[str], references: Sequence[str], where: str) -> None:
@@ -130,3 +130,24 @@ def paired_bootstrap(
     base, result = scores["BLEU"]
     return {"baseline_bleu": float(base.score), "system_bleu": float(result.score), "p_value": float(result.p_value),
             "system_mean": float(result.mean), "system_ci": float(result.ci)}
+
+
+def distinct_n(sentences: Sequence[str], n: int) -> float:
+    r"""Diversity of generated text (Li et al., 2016): distinct word n-grams over all n-grams,
+
+    .. math:: \text{distinct-}n = \frac{|\{\text{n-grams in all sentences}\}|}{\#\,\text{n-grams in all sentences}}
+
+    counted over whitespace-separated words: 1 when no n-gram repeats, near 0 for text that
+    says the same thing again and again. Sentences shorter than ``n`` words add nothing.
+
+    Raises:
+        ValueError: ``n < 1``, non-string sentences, or no n-gram at all.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"distinct_n: n must be a positive int, got {n!r}")
+    if isinstance(sentences, str) or not all(isinstance(t, str) for t in sentences):
+        raise ValueError("distinct_n: sentences must be a sequence of strings")
+    grams = [tuple(words[i:i + n]) for words in (t.split() for t in sentences) for i in range(len(words) - n + 1)]
+    if not grams:
+        raise ValueError(f"distinct_n: the sentences hold no {n}-gram")
+    return len(set(grams)) / len(grams)

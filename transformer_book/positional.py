@@ -227,10 +227,11 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model, base), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``dropout(x + pe[:n])`` for ``x`` of shape ``(..., n, d_model)``."""
-        n = _check_input(x, self.d_model, self.max_len, type(self).__name__)
-        return self.dropout(x + self.pe[:n].to(x.dtype))
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``dropout(x + pe[offset:offset + n])`` for ``x`` of shape ``(..., n, d_model)``
+        (``offset``: the position of ``x``'s first row, when decoding one token at a time)."""
+        n = _check_offset_input(x, offset, self.d_model, self.max_len, type(self).__name__)
+        return self.dropout(x + self.pe[offset:offset + n].to(x.dtype))
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base:g}"
@@ -277,10 +278,10 @@ class LearnedPositionalEmbedding(nn.Module):
         """Draw the table from :math:`\\mathcal{N}(0, 0.02^2)`."""
         nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Return ``dropout(x + P[0:n])`` for ``x`` of shape ``(..., n, d_model)``."""
-        n = _check_input(x, self.d_model, self.max_len, type(self).__name__)
-        positions = torch.arange(n, device=x.device)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``dropout(x + P[offset:offset + n])`` for ``x`` of shape ``(..., n, d_model)``."""
+        n = _check_offset_input(x, offset, self.d_model, self.max_len, type(self).__name__)
+        positions = torch.arange(offset, offset + n, device=x.device)
         return self.dropout(x + self.embedding(positions))
 
     def extra_repr(self) -> str:
@@ -729,4 +730,14 @@ def _check_input(x: object, d_model: int, max_len: int | None, where: str) -> in
             f"{where}: sequence length n={n} exceeds max_len={max_len}; build the module with "
             f"max_len >= {n}"
         )
+    return n
+
+
+def _check_offset_input(x: object, offset: int, d_model: int, max_len: int, where: str) -> int:
+    """Check ``x`` as :func:`_check_input` and that positions ``offset .. offset + n - 1`` exist."""
+    n = _check_input(x, d_model, max_len, where)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"{where}: offset must be a non-negative int, got {offset!r}")
+    if offset + n > max_len:
+        raise ValueError(f"{where}: positions {offset}..{offset + n - 1} exceed max_len={max_len}")
     return n

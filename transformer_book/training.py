@@ -46,6 +46,7 @@ from transformer_book.subword import SubwordTokenizer
 __all__ = [
     "label_smoothed_cross_entropy",
     "seq2seq_loss",
+    "language_model_loss",
     "warmup_inverse_sqrt",
     "warmup_cosine",
     "TrainConfig",
@@ -133,6 +134,24 @@ def seq2seq_loss(*, pad_id: int, smoothing: float = 0.0) -> Callable[[nn.Module,
     return loss_fn
 
 
+def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
+    """The ``loss_fn`` of :func:`fit` for a language model and ``(x, y)`` batches of next tokens
+    (:class:`~transformer_book.data.RandomWindows`): the mean cross-entropy of ``model(x)``
+    against ``y`` over every position, label-smoothed only in training mode, so that the
+    validation loss is the plain cross-entropy (its exponential the perplexity)."""
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"language_model_loss: smoothing must lie in [0, 1), got {smoothing}")
+
+    def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
+        x, y = batch
+        logits = model(x)
+        epsilon = smoothing if model.training else 0.0
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), label_smoothing=epsilon)
+        return loss, y.numel()
+
+    return loss_fn
+
+
 def _positive_int(value: Any, name: str, where: str, *, allow_zero: bool = False) -> None:
     low = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -210,7 +229,8 @@ class TrainConfig:
     """Settings of :func:`fit`.
 
     ``schedule`` is ``"inverse_sqrt"`` (:func:`warmup_inverse_sqrt`), ``"cosine"``
-    (:func:`warmup_cosine` to zero over ``steps``) or ``"constant"`` (warm-up, then flat).
+    (:func:`warmup_cosine` over ``steps``, down to ``min_lr_ratio`` times ``lr``) or
+    ``"constant"`` (warm-up, then flat).
     ``amp`` turns on mixed precision only on CUDA (bfloat16 where supported, else float16 with
     a gradient scaler); on the CPU it is ignored. Validation runs every ``eval_every`` steps
     and after the last; a checkpoint is written every ``checkpoint_every`` steps and after the
@@ -239,6 +259,7 @@ class TrainConfig:
     checkpoint_path: str | None = None
     checkpoint_every: int = 500
     time_budget_s: float | None = None
+    min_lr_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "log_every", "checkpoint_every"):
@@ -260,6 +281,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: warmup_steps={self.warmup_steps} must be below steps={self.steps} for 'cosine'")
         if not 0.0 <= self.smoothing < 1.0:
             raise ValueError(f"TrainConfig: smoothing must lie in [0, 1), got {self.smoothing}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"TrainConfig: min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ValueError(f"TrainConfig: time_budget_s must be positive or None, got {self.time_budget_s}")
         if self.clip_norm is not None and not self.clip_norm > 0:
@@ -361,7 +384,7 @@ def _make_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig) -> Lam
     if config.schedule == "inverse_sqrt":
         return warmup_inverse_sqrt(optimizer, config.warmup_steps)
     if config.schedule == "cosine":
-        return warmup_cosine(optimizer, config.warmup_steps, config.steps)
+        return warmup_cosine(optimizer, config.warmup_steps, config.steps, config.min_lr_ratio)
     return _warmup_constant(optimizer, config.warmup_steps)
 
 

@@ -5,7 +5,14 @@ Importing this package touches neither the network nor the file system.
 
 from __future__ import annotations
 
-from transformer_book.data.batching import BucketedBatches, Seq2SeqBatch, collate_pairs, encode_pairs, pad_sequences
+from transformer_book.data.batching import (
+    BucketedBatches,
+    RandomWindows,
+    Seq2SeqBatch,
+    collate_pairs,
+    encode_pairs,
+    pad_sequences,
+)
 from transformer_book.data.corpora import ODYSSEY_CLEAN_SHA256, load_odyssey, strip_gutenberg
 from transformer_book.data.download import (
     ChecksumMismatchError,
@@ -42,6 +49,7 @@ __all__ = [
     "DataUnavailableError",
     "MULTI30K_SPLITS",
     "ODYSSEY_CLEAN_SHA256",
+    "RandomWindows",
     "RemoteFile",
     "Seq2SeqBatch",
     "TATOEBA_ATTRIBUTION",

@@ -32,7 +32,7 @@ import torch
 
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
-__all__ = ["Seq2SeqBatch", "pad_sequences", "collate_pairs", "encode_pairs", "BucketedBatches"]
+__all__ = ["Seq2SeqBatch", "pad_sequences", "collate_pairs", "encode_pairs", "BucketedBatches", "RandomWindows"]
 
 
 class Seq2SeqBatch(NamedTuple):
@@ -270,3 +270,36 @@ class BucketedBatches:
         batches = self.epoch(epoch)
         padded = sum(len(b) * int(self.lengths[b].max()) for b in batches)
         return 1.0 - float(self.lengths.sum()) / padded
+
+
+class RandomWindows:
+    """Batches of random windows of one long token stream, for a language model, addressable by step.
+
+    Step ``s`` draws ``batch_size`` start positions ``i`` uniformly from a generator seeded
+    with ``(seed, s)`` and returns ``(x, y)``, each ``(batch_size, context)``, with
+    ``x = ids[i : i + context]`` and ``y = ids[i + 1 : i + context + 1]``: position ``t`` of ``x``
+    is trained to predict ``y[t]``, the next token. A pure function of the step, as
+    :func:`transformer_book.training.fit` needs to resume exactly.
+
+    Raises:
+        ValueError: ``ids`` not a 1-D integer tensor longer than ``context``, or non-positive sizes.
+    """
+
+    def __init__(self, ids: torch.Tensor, context: int, batch_size: int, *, seed: int = 0) -> None:
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+            raise ValueError("RandomWindows: ids must be a 1-D integer tensor")
+        for name, value in (("context", context), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RandomWindows: {name} must be a positive int, got {value!r}")
+        if ids.numel() <= context:
+            raise ValueError(f"RandomWindows: {ids.numel()} tokens are too few for windows of context {context} plus a target")
+        self.ids, self.context, self.batch_size, self.seed = ids.long(), context, batch_size, seed
+
+    def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"RandomWindows: step must be a non-negative int, got {step!r}")
+        rng = np.random.default_rng([self.seed, step])
+        starts = torch.from_numpy(rng.integers(0, self.ids.numel() - self.context, self.batch_size))
+        offsets = torch.arange(self.context)
+        x = self.ids[starts[:, None] + offsets]
+        return x, self.ids[starts[:, None] + offsets + 1]

@@ -406,31 +406,59 @@ class RNNSeq2Seq(nn.Module):
         self._check_memory(tgt_in, memory, src_mask)
         if need_weights and self.attention is None:
             raise ValueError("RNNSeq2Seq: need_weights=True needs attention, but this model has attention=None")
+        o, weights, _ = self._run_decoder(tgt_in, memory, src_mask, memory[1])
+        return (o, weights) if need_weights else o
+
+    def decode_step(
+        self,
+        tgt_new: torch.Tensor,
+        memory: tuple[torch.Tensor, torch.Tensor],
+        src_mask: torch.Tensor | None,
+        state: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Incremental decoding: carry on from ``state`` (``None``: the start, :math:`s_0`).
+
+        ``tgt_new`` ``(B, k)`` are the next ``k`` decoder inputs. Returns ``(o (B, k, d_out),
+        state (B, n_layers, d_hidden))``, batch-first so that a beam search can reorder it;
+        ``o`` equals the last ``k`` positions of :meth:`decode` over the whole prefix.
+        """
+        _check_tokens(tgt_new, "tgt_new", self.config.tgt_vocab_size)
+        self._check_memory(tgt_new, memory, src_mask)
+        if state is not None and (not isinstance(state, torch.Tensor) or state.shape != memory[1].shape):
+            what = tuple(state.shape) if isinstance(state, torch.Tensor) else type(state).__name__
+            raise ValueError(f"RNNSeq2Seq: state must have shape {tuple(memory[1].shape)}, got {what}")
+        o, _, s_final = self._run_decoder(tgt_new, memory, src_mask, memory[1] if state is None else state)
+        return o, s_final
+
+    def _run_decoder(
+        self, tgt_in: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor], src_mask: torch.Tensor | None,
+        s_start: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """The decoder from state ``s_start`` ``(B, n_layers, H)``: ``(o, weights or None, final state)``."""
         outputs, s0 = memory
         y = self.dropout(self.tgt_embedding(tgt_in))  # (B, n, E)
-        s_init = s0.transpose(0, 1).contiguous()  # (n_layers, B, H), as nn.GRU wants
+        s_init = s_start.transpose(0, 1).contiguous()  # (n_layers, B, H), as nn.GRU wants
         weights = None
         if self.attention is None:
             context = s0[:, -1:].expand(-1, tgt_in.shape[1], -1)  # c = s_0 of the top layer, (B, n, H)
-            states, _ = self.decoder(torch.cat([y, context], dim=-1), s_init)  # (B, n, H)
+            states, s_final = self.decoder(torch.cat([y, context], dim=-1), s_init)  # (B, n, H)
             o = torch.tanh(self.pre_output(torch.cat([states, y, context], dim=-1)))
         elif isinstance(self.attention, LuongAttention):
-            states, _ = self.decoder(y, s_init)  # all steps at once: s_t needs no context
+            states, s_final = self.decoder(y, s_init)  # all steps at once: s_t needs no context
             context, weights = self.attention(states, outputs, src_mask)  # (B, n, 2H), (B, n, m)
             o = torch.tanh(self.pre_output(torch.cat([context, states], dim=-1)))
         else:
-            states, context, weights = self._bahdanau_steps(y, outputs, src_mask, s_init)
+            states, context, weights, s_final = self._bahdanau_steps(y, outputs, src_mask, s_init)
             o = torch.tanh(self.pre_output(torch.cat([states, y, context], dim=-1)))
-        o = self.dropout(o)
-        return (o, weights) if need_weights else o
+        return self.dropout(o), weights, s_final.transpose(0, 1)
 
     def _bahdanau_steps(
         self, y: torch.Tensor, outputs: torch.Tensor, src_mask: torch.Tensor | None, s: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The time loop: ``c_t`` from ``s_{t-1}``, then ``s_t`` from ``[e_t; c_t]``.
 
         ``y`` ``(B, n, E)``, ``outputs`` ``(B, m, 2H)``, ``s`` ``(n_layers, B, H)`` -> states
-        ``(B, n, H)``, contexts ``(B, n, 2H)``, weights ``(B, n, m)``.
+        ``(B, n, H)``, contexts ``(B, n, 2H)``, weights ``(B, n, m)``, final ``s``.
         """
         projected = self.attention.project_keys(outputs)  # U h_j + b, once for all steps
         states, contexts, weights = [], [], []
@@ -440,7 +468,7 @@ class RNNSeq2Seq(nn.Module):
             states.append(state)
             contexts.append(context)
             weights.append(alpha)
-        return torch.cat(states, dim=1), torch.cat(contexts, dim=1), torch.cat(weights, dim=1)
+        return torch.cat(states, dim=1), torch.cat(contexts, dim=1), torch.cat(weights, dim=1), s
 
     def decode_logits(
         self, tgt_in: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor], src_mask: torch.Tensor | None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from transformer_book.attention import KVCache
 from transformer_book.layers import DecoderLayer, EncoderLayer, LayerNorm
 from transformer_book.masks import causal_mask, combine_masks, padding_mask
 from transformer_book.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -99,9 +100,13 @@ class Encoder(nn.Module):
             EncoderLayer, n_layers, d_model, n_heads, d_ff, dropout, norm_first, activation, eps, final_norm
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x, mask)
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, caches: list[KVCache] | None = None
+    ) -> torch.Tensor:
+        """``caches``: one :class:`~transformer_book.attention.KVCache` per layer, for a decoder-only
+        model that generates one token at a time (chapter 9)."""
+        for layer, cache in zip(self.layers, caches if caches is not None else [None] * len(self.layers)):
+            x = layer(x, mask, cache=cache)
         return self.norm(x) if self.norm is not None else x
 
 
@@ -139,14 +144,15 @@ class Decoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         *,
         need_weights: bool = False,
+        caches: list[tuple[KVCache, KVCache]] | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         weights = []
-        for layer in self.layers:
+        for layer, cache in zip(self.layers, caches if caches is not None else [None] * len(self.layers)):
             if need_weights:
-                y, self_w, cross_w = layer(y, memory, self_mask, memory_mask, need_weights=True)
+                y, self_w, cross_w = layer(y, memory, self_mask, memory_mask, need_weights=True, cache=cache)
                 weights.append((self_w, cross_w))
             else:
-                y = layer(y, memory, self_mask, memory_mask)
+                y = layer(y, memory, self_mask, memory_mask, cache=cache)
         y = self.norm(y) if self.norm is not None else y
         return (y, weights) if need_weights else y
 
@@ -236,7 +242,9 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output.weight = self.tgt_embedding.weight
 
-    def _embed(self, tokens: torch.Tensor, embedding: nn.Embedding, positional: nn.Module, name: str) -> torch.Tensor:
+    def _embed(
+        self, tokens: torch.Tensor, embedding: nn.Embedding, positional: nn.Module, name: str, offset: int = 0
+    ) -> torch.Tensor:
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
             what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
             raise ValueError(f"Transformer: {name} must be a (B, length) integer tensor, got {what}")
@@ -245,14 +253,14 @@ class Transformer(nn.Module):
                 f"Transformer: {name} holds ids in [{int(tokens.min())}, {int(tokens.max())}], "
                 f"outside the vocabulary [0, {embedding.num_embeddings})"
             )
-        if tokens.shape[1] > self.config.max_len:
+        if offset + tokens.shape[1] > self.config.max_len:
             raise ValueError(
-                f"Transformer: {name} has length {tokens.shape[1]}, longer than max_len={self.config.max_len}"
+                f"Transformer: {name} has length {offset + tokens.shape[1]}, longer than max_len={self.config.max_len}"
             )
         x = embedding(tokens)
         if self.config.scale_embeddings:
             x = x * math.sqrt(self.config.d_model)
-        return positional(x)
+        return positional(x, offset)
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``src`` ``(B, m)`` -> ``(memory (B, m, d_model), src_mask (B, 1, m))``."""
@@ -269,6 +277,32 @@ class Transformer(nn.Module):
         self_mask = combine_masks(target_padding, causal_mask(tgt_in.shape[1], device=tgt_in.device))
         y = self._embed(tgt_in, self.tgt_embedding, self.tgt_positional, "tgt_in")
         return self.decoder(y, memory, self_mask, src_mask, need_weights=need_weights)
+
+    def decode_step(
+        self,
+        tgt_new: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        caches: list[tuple[KVCache, KVCache]] | None = None,
+    ) -> tuple[torch.Tensor, list[tuple[KVCache, KVCache]]]:
+        """Incremental decoding: the decoder states of the new tokens only, reusing the keys and
+        values of the earlier ones.
+
+        ``tgt_new`` ``(B, k)`` are the next ``k`` decoder inputs (one token per step while
+        generating; the whole prefix on the first call), ``caches`` the value returned by the
+        previous call (``None`` at the start). Returns ``(states (B, k, d_model), caches)``;
+        ``states`` equal the last ``k`` positions of :meth:`decode` over the whole prefix.
+        Generated tokens after a sentence's EOS are never masked out, as they only affect that
+        sentence's later, ignored positions.
+        """
+        if caches is None:
+            caches = [(KVCache(), KVCache(static=True)) for _ in self.decoder.layers]
+        offset = len(caches[0][0])
+        y = self._embed(tgt_new, self.tgt_embedding, self.tgt_positional, "tgt_new", offset)  # checks tgt_new
+        k = tgt_new.shape[1]
+        # New query i (position offset + i) sees every cached key and the new keys j <= i.
+        self_mask = causal_mask(offset + k, device=tgt_new.device)[offset:] if k > 1 else None
+        return self.decoder(y, memory, self_mask, src_mask, caches=caches), caches
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         memory, src_mask = self.encode(src)

@@ -1,0 +1,149 @@
+r"""A decoder-only language model in the style of GPT (chapter 9).
+
+.. math::
+
+    H^{(0)} = E[x_{1:n}] + P_{0:n}, \qquad
+    H^{(l)} = \operatorname{Block}_l\bigl(H^{(l-1)};\ M^{\text{causal}}\bigr), \qquad
+    P(x_{t+1} \mid x_{\le t}) = \operatorname{softmax}\bigl(\operatorname{LN}(H^{(L)}_t)\, E^\top\bigr)
+
+The blocks are the encoder layers of chapter 5 in their pre-LN form (as GPT-2), each
+position attending only to itself and the positions before it (the causal mask of chapter 2);
+the output layer shares the token embedding :math:`E` (``tie_output``). Trained with teacher
+forcing, position :math:`t` predicts token :math:`t+1`, so one forward pass over a window of
+:math:`n` tokens gives :math:`n` training targets.
+
+Generation uses :meth:`GPT.decode_step` with a key/value cache: each new token costs one
+position's work instead of the whole prefix's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from transformer_book.attention import KVCache
+from transformer_book.masks import causal_mask
+from transformer_book.models.transformer import Encoder
+from transformer_book.positional import LearnedPositionalEmbedding
+
+__all__ = ["GPT", "GPTConfig"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Hyper-parameters of :class:`GPT`. ``context`` is the longest sequence (learned positions
+    exist for ``0 .. context - 1``); ``d_ff`` defaults to ``4 * d_model``."""
+
+    vocab_size: int
+    context: int = 256
+    d_model: int = 384
+    n_heads: int = 6
+    n_layers: int = 6
+    d_ff: int | None = None
+    dropout: float = 0.1
+    activation: str = "gelu"
+    tie_output: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context", "d_model", "n_heads", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GPTConfig: {name} must be a positive int, got {value!r}")
+        if self.d_ff is not None and (isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1):
+            raise ValueError(f"GPTConfig: d_ff must be a positive int or None, got {self.d_ff!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"GPTConfig: dropout must lie in [0, 1), got {self.dropout}")
+
+    @property
+    def ff_width(self) -> int:
+        """The feed-forward width, ``d_ff`` or ``4 * d_model``."""
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+
+class GPT(nn.Module):
+    """A decoder-only Transformer language model: token ids in, next-token logits out.
+
+    ``forward(tokens)``: ``(B, n)`` integer ids, ``n <= context`` -> logits ``(B, n, vocab_size)``,
+    position ``t`` scoring token ``t + 1``. Sub-modules ``embedding``, ``positional``,
+    ``blocks`` (an :class:`~transformer_book.models.Encoder` of pre-LN layers with its final
+    LayerNorm) and ``output``.
+
+    Initialisation as GPT-2: every weight matrix and embedding :math:`\\mathcal{N}(0, 0.02^2)`,
+    the two projections that write into the residual stream (``w_o`` and the FFN's
+    ``linear2``) :math:`\\mathcal{N}(0, (0.02/\\sqrt{2L})^2)`, biases zero.
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"GPT: config must be a GPTConfig, got {type(config).__name__}")
+        self.config = c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.positional = LearnedPositionalEmbedding(c.context, c.d_model, c.dropout)
+        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=True,
+                              activation=c.activation)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_output:
+            self.output.weight = self.embedding.weight
+        self.register_buffer("causal", causal_mask(c.context), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation (see the class docstring); LayerNorms start at gamma 1, beta 0."""
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
+        for name, parameter in self.named_parameters():  # a fixed order: seeded runs repeat
+            if parameter.dim() < 2:
+                if not name.endswith(("gamma", "beta")):
+                    nn.init.zeros_(parameter)
+            elif name.endswith(("w_o.weight", "linear2.weight")):
+                nn.init.normal_(parameter, std=residual_std)
+            else:
+                nn.init.normal_(parameter, std=0.02)
+
+    def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point \
+                or tokens.dtype == torch.bool:
+            what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) \
+                else type(tokens).__name__
+            raise ValueError(f"GPT: tokens must be a (B, n) integer tensor, got {what}")
+        if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+            raise ValueError(f"GPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
+        if tokens.min() < 0 or tokens.max() >= self.config.vocab_size:
+            raise ValueError(f"GPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
+                             f"vocabulary [0, {self.config.vocab_size})")
+        if offset + tokens.shape[1] > self.config.context:
+            raise ValueError(f"GPT: {offset + tokens.shape[1]} positions exceed the context of "
+                             f"{self.config.context}; crop the input to its last {self.config.context} tokens")
+        return self.positional(self.embedding(tokens), offset)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1] if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else 0
+        x = self._embed(tokens, 0)
+        return self.output(self.blocks(x, self.causal[:n, :n]))
+
+    def decode_step(
+        self, tokens_new: torch.Tensor, caches: list[KVCache] | None = None
+    ) -> tuple[torch.Tensor, list[KVCache]]:
+        """Incremental decoding: logits of the new tokens only, reusing the earlier keys and values.
+
+        ``tokens_new`` ``(B, k)`` continue the sequence of the previous calls (the prompt on the
+        first call, with ``caches=None``; then one token per step). Returns ``(logits (B, k,
+        vocab_size), caches)``; the logits equal the last ``k`` positions of :meth:`forward`
+        over the whole sequence.
+        """
+        if caches is None:
+            caches = [KVCache() for _ in self.blocks.layers]
+        offset = len(caches[0])
+        x = self._embed(tokens_new, offset)
+        k = tokens_new.shape[1]
+        mask = self.causal[offset:offset + k, :offset + k] if k > 1 else None
+        return self.output(self.blocks(x, mask, caches=caches)), caches
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_layers={c.n_layers}"

@@ -70,7 +70,7 @@ class GPT(nn.Module):
 
     ``forward(tokens)``: ``(B, n)`` integer ids, ``n <= context`` -> logits ``(B, n, vocab_size)``,
     position ``t`` scoring token ``t + 1``. Sub-modules ``embedding``, ``positional``,
-    ``blocks`` (an :class:`~transformer_book.models.Encoder` of pre-LN layers with its final
+    ``blocks`` (an :class:`~transformer_book.models.transformer.Encoder` of pre-LN layers with its final
     LayerNorm) and ``output``.
 
     Initialisation as GPT-2: every weight matrix and embedding :math:`\\mathcal{N}(0, 0.02^2)`,

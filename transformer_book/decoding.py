@@ -42,8 +42,10 @@ def _check_src(src: torch.Tensor, where: str) -> None:
 
 
 def _max_len(model: nn.Module) -> int | None:
+    """The most positions the model takes: its config's ``max_len`` (encoder-decoders) or
+    ``context`` (GPT); ``None`` when it has neither."""
     config = getattr(model, "config", None)
-    return getattr(config, "max_len", None)
+    return getattr(config, "max_len", None) or getattr(config, "context", None)
 
 
 @torch.no_grad()
@@ -291,8 +293,7 @@ class _Session:
 def _check_max_new_tokens(model: nn.Module, max_new_tokens: int, start: int, where: str) -> None:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"{where}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    config = getattr(model, "config", None)
-    limit = getattr(config, "max_len", None) or getattr(config, "context", None)
+    limit = _max_len(model)
     if limit is not None and start + max_new_tokens - 1 > limit:
         raise ValueError(f"{where}: {start} prefix tokens + {max_new_tokens} new ones need "
                          f"{start + max_new_tokens - 1} positions, more than the model's {limit}")
@@ -431,13 +432,10 @@ def beam_search(
                     total = flat[position].item()
                     if total == float("-inf"):
                         break
-                    if token == eos_id:
+                    if token == eos_id or step + 1 == max_new_tokens:   # finished (at the limit: still live)
                         tokens = session.prefix[row, start:].tolist() + [token]
                         finished[b].append((tokens, final_score(total, len(tokens))))
-                    elif step + 1 == max_new_tokens:
-                        tokens = session.prefix[row, start:].tolist() + [token]
-                        finished[b].append((tokens, final_score(total, len(tokens))))
-                        live += 1
+                        live += token != eos_id
                     else:
                         keep_rows.append(row)
                         keep_tokens.append(token)

@@ -27,29 +27,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from transformer_book.runtime import machine_description
 from transformer_book.decoding import generate
 from transformer_book.models import GPT, GPTConfig, Transformer, TransformerConfig
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "kv_cache_speed.json"
-
-
-def _machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({platform.system()} {platform.machine()})"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _timed(fn, device: torch.device) -> float:
@@ -95,7 +83,7 @@ def run(device_name: str, new_tokens: int, prompt: int, repeats: int, threads: i
                      "recompute_tokens_per_s": new_tokens / median["recompute"],
                      "cache_tokens_per_s": new_tokens / median["cache"],
                      "speedup": median["recompute"] / median["cache"], "samples_s": samples})
-    return {"benchmark": "kv_cache_speed", "machine": _machine(device), "device": device.type,
+    return {"benchmark": "kv_cache_speed", "machine": machine_description(device), "device": device.type,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "new_tokens": new_tokens,
             "prompt_tokens": prompt, "repeats": repeats, "rows": rows}
 

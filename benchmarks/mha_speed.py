@@ -36,25 +36,12 @@ from pathlib import Path
 
 import torch
 
+from transformer_book.runtime import machine_description
 from transformer_book.attention import MultiHeadAttention
 from transformer_book.twins import torch_multihead_attention
 
 BATCH, LENGTH, D_MODEL, N_HEADS = 32, 128, 256, 8
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "mha_speed.json"
-
-
-def _machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu} ({platform.system()} {platform.machine()})"
 
 
 def _sync(device: torch.device) -> None:
@@ -135,7 +122,7 @@ def run(
     baseline = "torch nn.MultiheadAttention (need_weights=False)"
     return {
         "benchmark": "mha_speed: multi-head self-attention, forward + backward",
-        "machine": _machine(device),
+        "machine": machine_description(device),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "device": str(device),

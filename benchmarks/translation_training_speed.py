@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_book.runtime import machine_description
 from transformer_book.models import Transformer, TransformerConfig, shift_right
 from transformer_book.positional import SinusoidalPositionalEncoding
 from transformer_book.training import label_smoothed_cross_entropy
@@ -75,20 +76,6 @@ FULL = dict(vocab=8000, d_model=256, n_heads=4, d_ff=1024, layers=3, max_len=128
 SMOKE = dict(vocab=300, d_model=32, n_heads=4, d_ff=64, layers=2, max_len=64, dropout=0.1,
              batch_size=8, batches=2)
 LENGTH_MEDIAN, LENGTH_SIGMA, MIN_LENGTH, MAX_LENGTH = 13.5, 0.35, 5, 40  # source lengths incl. EOS
-
-
-def _machine(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu} ({platform.system()} {platform.machine()})"
 
 
 def _load_average() -> float | None:
@@ -329,7 +316,7 @@ def run(
     by_name = {row["implementation"]: row for row in rows}
     return {
         "benchmark": "translation_training_speed: one training step (forward, label-smoothed loss, backward, AdamW)",
-        "machine": _machine(device),
+        "machine": machine_description(device),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "device": str(device),

@@ -16,8 +16,10 @@ from transformer_book.embeddings import (
     cooccurrence_matrix,
     cosine_similarity_matrix,
     nearest_neighbours,
+    pmi,
     ppmi,
     svd_embeddings,
+    truncated_svd,
 )
 
 SENTENCE = "the quick brown fox jumps over the lazy dog".split()
@@ -291,3 +293,41 @@ def test_nearest_neighbours_errors():
         nearest_neighbours(np.array([1.0, 0.0]), VECTORS, WORDS[:3])
     with pytest.raises(ValueError, match="zero vector"):
         nearest_neighbours(np.array([0.0, 0.0]), VECTORS, WORDS)
+
+
+# --------------------------------------------------------------------------------------
+# pmi and truncated_svd
+# --------------------------------------------------------------------------------------
+
+
+def test_pmi_by_hand_and_its_positive_part():
+    counts = np.array([[0.0, 2.0, 1.0], [2.0, 0.0, 3.0], [1.0, 3.0, 0.0]])
+    D, row, col = counts.sum(), counts.sum(axis=1), counts.sum(axis=0)
+    expected_01 = math.log(2.0 * D / (row[0] * col[1]))
+    values = pmi(counts)
+    assert values[0, 1] == pytest.approx(expected_01)
+    assert np.isneginf(values[0, 0]) and np.isneginf(values[2, 2])
+    smoothed = col**0.5 / (col**0.5).sum()
+    assert pmi(sp.csr_matrix(counts), alpha=0.5)[1, 2] == pytest.approx(
+        math.log((3.0 / D) / ((row[1] / D) * smoothed[2])))
+    np.testing.assert_allclose(ppmi(sp.csr_matrix(counts), alpha=1.0).toarray(),
+                               np.maximum(np.where(np.isneginf(values), 0.0, values), 0.0))
+    with pytest.raises(ValueError, match="non-negative"):
+        pmi(-counts)
+    with pytest.raises(ValueError, match="too large"):
+        pmi(sp.csr_matrix((20_000, 20_000)))
+
+
+def test_truncated_svd_matches_numpy_and_is_deterministic():
+    rng = np.random.default_rng(0)
+    matrix = rng.standard_normal((30, 20))
+    u, s = truncated_svd(sp.csr_matrix(matrix), k=4)
+    u_np, s_np, _ = np.linalg.svd(matrix, full_matrices=False)
+    np.testing.assert_allclose(s, s_np[:4])
+    # the same subspace, column by column up to sign
+    np.testing.assert_allclose(np.abs(u.T @ u_np[:, :4]), np.eye(4), atol=1e-8)
+    u2, s2 = truncated_svd(matrix, k=4)
+    np.testing.assert_array_equal(u, u2)
+    np.testing.assert_allclose(svd_embeddings(matrix, k=4, p=0.5), u * np.sqrt(s))
+    with pytest.raises(ValueError, match="truncated_svd: k"):
+        truncated_svd(matrix, k=20)

@@ -284,8 +284,8 @@ def test_show_source_without_source_raises(obj):
 
 _IMPORT_PROBE = r"""
 import sys, warnings, random
-# third-party dependencies first: scipy.sparse.linalg adds its own warning filter on import
-import numpy as np, torch, scipy.sparse, scipy.sparse.linalg
+# third-party dependencies first: scipy.sparse.linalg and scipy.stats add their own warning filters on import
+import numpy as np, torch, scipy.sparse, scipy.sparse.linalg, scipy.stats
 filters = list(warnings.filters)
 torch_rng = torch.get_rng_state().clone()
 np_rng = np.random.get_state()[1].copy()
@@ -315,3 +315,18 @@ def test_importing_the_package_changes_no_global_state():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "OK"
+
+
+def test_machine_description_names_the_cpu_model_and_platform():
+    import platform
+
+    from transformer_book.runtime import machine_description
+
+    text = machine_description(torch.device("cpu"))
+    assert text.endswith(f"({platform.system()} {platform.machine()})")
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("model name")]
+        if models:
+            assert text.startswith(models[0])

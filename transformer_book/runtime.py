@@ -31,6 +31,7 @@ __all__ = [
     "select_device",
     "seed_everything",
     "device_description",
+    "machine_description",
     "environment_summary",
     "show_source",
     "SourceListing",
@@ -129,6 +130,22 @@ def device_description(device: torch.device) -> str:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda ({torch.cuda.get_device_name(index)})"
     return device.type
+
+
+def machine_description(device: torch.device) -> str:
+    """The hardware in words, for benchmark tables: the GPU's name, or the CPU's model name
+    (from ``/proc/cpuinfo`` where there is one) with the operating system and architecture."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu} ({platform.system()} {platform.machine()})"
 
 
 def environment_summary(device: torch.device | None = None) -> str:

@@ -38,6 +38,7 @@ from transformer_book.data.translation import (
     load_multi30k,
     load_tatoeba,
 )
+from transformer_book.data.wikitext import WIKITEXT2_SPLITS, load_wikitext2
 
 __all__ = [
     "BucketedBatches",
@@ -55,6 +56,7 @@ __all__ = [
     "TATOEBA_ATTRIBUTION",
     "UnknownCorpusError",
     "UnknownFileError",
+    "WIKITEXT2_SPLITS",
     "cache_dir",
     "collate_pairs",
     "data_dir",
@@ -64,6 +66,7 @@ __all__ = [
     "load_multi30k",
     "load_odyssey",
     "load_tatoeba",
+    "load_wikitext2",
     "pad_sequences",
     "sha256_of",
     "strip_gutenberg",

@@ -1,11 +1,56 @@
-"""Static word vectors from counts: co-occurrence, PPMI, truncated SVD, cosine similarity.
+"""Static word vectors: window contexts, co-occurrence counts, PMI and PPMI, truncated SVD,
+GloVe, word2vec, and their evaluation on word similarity and analogies.
 
-Chapter 10 derives these; chapter 1 borrows them to give attention real word vectors.
+Chapters 10 and 11 derive these; chapter 1 borrows them to give attention real word vectors.
 """
 
-from transformer_book.embeddings.cooccurrence import cooccurrence_matrix
-from transformer_book.embeddings.ppmi import ppmi
+from transformer_book.embeddings import evaluation, glove
+from transformer_book.embeddings.contexts import (
+    EncodedCorpus,
+    cbow_windows,
+    encode_corpus,
+    keep_probabilities,
+    skipgram_pairs,
+    window_pairs,
+)
+from transformer_book.embeddings.cooccurrence import CONTEXT_WEIGHTINGS, cooccurrence_matrix
+from transformer_book.embeddings.ppmi import pmi, ppmi
 from transformer_book.embeddings.similarity import cosine_similarity_matrix, nearest_neighbours
-from transformer_book.embeddings.svd import svd_embeddings
+from transformer_book.embeddings.svd import svd_embeddings, truncated_svd
+from transformer_book.embeddings.word2vec import (
+    AliasSampler,
+    Word2VecConfig,
+    Word2VecResult,
+    noise_distribution,
+    sgns_gradients,
+    sgns_loss,
+    softmax_loss,
+    train_word2vec,
+)
 
-__all__ = ["cooccurrence_matrix", "ppmi", "svd_embeddings", "cosine_similarity_matrix", "nearest_neighbours"]
+__all__ = [
+    "AliasSampler",
+    "CONTEXT_WEIGHTINGS",
+    "EncodedCorpus",
+    "Word2VecConfig",
+    "Word2VecResult",
+    "cbow_windows",
+    "cooccurrence_matrix",
+    "cosine_similarity_matrix",
+    "encode_corpus",
+    "evaluation",
+    "glove",
+    "keep_probabilities",
+    "nearest_neighbours",
+    "noise_distribution",
+    "pmi",
+    "ppmi",
+    "sgns_gradients",
+    "sgns_loss",
+    "skipgram_pairs",
+    "softmax_loss",
+    "svd_embeddings",
+    "train_word2vec",
+    "truncated_svd",
+    "window_pairs",
+]

@@ -5,7 +5,31 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ppmi"]
+__all__ = ["pmi", "ppmi"]
+
+
+def pmi(counts: sp.spmatrix | np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    """The dense matrix of pointwise mutual information, for small vocabularies and pictures.
+
+    .. math:: \\operatorname{PMI}(w, c) = \\log \\frac{\\#(w, c)\\, D}{\\#(w)\\, \\#(c)} \\quad (\\alpha = 1)
+
+    with the same smoothed context distribution as :func:`ppmi`; a pair never seen has PMI
+    :math:`-\\infty`. Returns a ``(|V|, |V_c|)`` float64 array.
+
+    Raises:
+        ValueError: as :func:`ppmi`, and for a matrix of more than ``10**8`` entries.
+    """
+    if counts.shape[0] * counts.shape[1] > 10**8:
+        raise ValueError(f"pmi: a dense {counts.shape} matrix is too large; use ppmi, which stays sparse")
+    dense = np.asarray(counts.toarray() if sp.issparse(counts) else counts, dtype=np.float64)
+    if dense.ndim != 2 or not 0.0 < alpha <= 1.0 or dense.min(initial=0.0) < 0 or dense.sum() == 0:
+        raise ValueError("pmi: counts must be a non-empty, non-negative 2-D matrix and alpha must lie in (0, 1]")
+    total = dense.sum()
+    p_w = dense.sum(axis=1, keepdims=True) / total
+    context = dense.sum(axis=0, keepdims=True) ** alpha
+    p_c = context / context.sum()
+    with np.errstate(divide="ignore"):
+        return np.log(dense / total) - np.log(p_w) - np.log(p_c)
 
 
 def ppmi(counts: sp.spmatrix, alpha: float = 0.75, shift: float = 1.0) -> sp.csr_matrix:

@@ -1,0 +1,192 @@
+"""Window contexts: (word, context) pairs, subsampling of frequent words, and the training
+examples of skip-gram and CBOW (chapters 10 and 11).
+
+A corpus is a list of sentences (here WikiText-2's paragraphs). Word ids come from a
+:class:`~transformer_book.text.Vocab` built with a minimum count; as in word2vec, words outside
+the vocabulary are removed before windows are taken, so a window reaches over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from transformer_book.text import Vocab
+
+__all__ = [
+    "EncodedCorpus",
+    "cbow_windows",
+    "encode_corpus",
+    "keep_probabilities",
+    "skipgram_pairs",
+    "window_pairs",
+]
+
+
+def _check_window(window: object, caller: str) -> int:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"{caller}: window must be a positive int, got {window!r}")
+    return window
+
+
+def window_pairs(tokens: Sequence[str], window: int) -> list[tuple[str, str]]:
+    """Every (word, context) pair of a sentence: each position ``t`` with each position
+    ``t + delta``, ``0 < |delta| <= L``, in the order a reader meets them.
+
+    .. math:: \\mathcal{D} = \\{(x_t, x_{t+\\delta}) : 1 \\le t \\le N,\\ 0 < |\\delta| \\le L,\\ 1 \\le t + \\delta \\le N\\}
+
+    >>> window_pairs("the quick brown fox".split(), 2)[:5]
+    [('the', 'quick'), ('the', 'brown'), ('quick', 'the'), ('quick', 'brown'), ('quick', 'fox')]
+    """
+    _check_window(window, "window_pairs")
+    return [
+        (tokens[t], tokens[s])
+        for t in range(len(tokens))
+        for s in range(max(0, t - window), min(len(tokens), t + window + 1))
+        if s != t
+    ]
+
+
+def keep_probabilities(counts: np.ndarray, threshold: float) -> np.ndarray:
+    """The probability of keeping each occurrence of a word when frequent words are subsampled.
+
+    With :math:`f(w)` the word's share of the corpus and ``t`` the threshold, word2vec's released
+    code (and gensim) keep an occurrence with probability
+
+    .. math:: P_{\\mathrm{keep}}(w) = \\min\\Bigl(1,\\ \\sqrt{t / f(w)} + t / f(w)\\Bigr),
+
+    a gentler form of the paper's :math:`\\min(1, \\sqrt{t / f(w)})` (Mikolov et al., 2013b).
+    Words rarer than about ``t`` are always kept. ``threshold = 0`` keeps everything.
+
+    Args:
+        counts: ``(|V|,)`` positive counts.
+        threshold: ``t >= 0`` (word2vec's default is ``1e-3``).
+
+    Returns:
+        ``(|V|,)`` float64 probabilities in ``(0, 1]``.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 1 or counts.size == 0 or np.any(counts <= 0):
+        raise ValueError(f"keep_probabilities: counts must be a non-empty 1-D array of positive counts, got shape "
+                         f"{counts.shape}")
+    if not threshold >= 0:
+        raise ValueError(f"keep_probabilities: threshold must be >= 0, got {threshold}")
+    if threshold == 0:
+        return np.ones_like(counts)
+    ratio = threshold / (counts / counts.sum())
+    return np.minimum(1.0, np.sqrt(ratio) + ratio)
+
+
+@dataclass(frozen=True)
+class EncodedCorpus:
+    """A corpus as word ids, with out-of-vocabulary words removed.
+
+    Attributes:
+        ids: ``(N,)`` int64 ids of the kept words, sentence after sentence.
+        sentence_ids: ``(N,)`` int64 index of the sentence each word comes from.
+        n_tokens: number of tokens before out-of-vocabulary words were removed (the
+            denominator of words per second, as every trainer reads the whole corpus).
+    """
+
+    ids: np.ndarray
+    sentence_ids: np.ndarray
+    n_tokens: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def encode_corpus(sentences: Sequence[Sequence[str]], vocab: Vocab) -> EncodedCorpus:
+    """Map each sentence's tokens to ids, dropping the tokens that ``vocab`` does not hold.
+
+    Raises:
+        ValueError: for an empty corpus, or one with no word in the vocabulary.
+    """
+    if len(sentences) == 0:
+        raise ValueError("encode_corpus: the corpus is empty")
+    stoi = vocab.stoi
+    ids: list[int] = []
+    sentence_ids: list[int] = []
+    n_tokens = 0
+    for index, sentence in enumerate(sentences):
+        if isinstance(sentence, str):
+            raise ValueError(f"encode_corpus: sentence {index} is a str; give a list of tokens")
+        n_tokens += len(sentence)
+        kept = [stoi[w] for w in sentence if w in stoi]
+        ids += kept
+        sentence_ids += [index] * len(kept)
+    if not ids:
+        raise ValueError(f"encode_corpus: none of the corpus's {n_tokens} tokens is in the vocabulary of "
+                         f"{len(vocab)} words")
+    return EncodedCorpus(np.asarray(ids, dtype=np.int64), np.asarray(sentence_ids, dtype=np.int64), n_tokens)
+
+
+def _epoch_positions(corpus: EncodedCorpus, window: int, rng: np.random.Generator,
+                     keep: np.ndarray | None, reduced: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Subsample the corpus and draw each position's window size ``b`` in ``1..L``."""
+    ids, sentence = corpus.ids, corpus.sentence_ids
+    if keep is not None:
+        kept = rng.random(len(ids)) < keep[ids]
+        ids, sentence = ids[kept], sentence[kept]
+    # word2vec's reduced window: b uniform in 1..L, so a context at distance d is used with
+    # probability (L - d + 1) / L
+    b = rng.integers(1, window + 1, size=len(ids)) if reduced else np.full(len(ids), window)
+    return ids, sentence, b
+
+
+def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator, *,
+                   keep: np.ndarray | None = None, reduced: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """One epoch of skip-gram training pairs ``(centre, context)``, in corpus order.
+
+    Each kept position ``t`` draws a window ``b_t`` (uniform in ``1..L`` when ``reduced``, else
+    ``L``) and pairs its word with every word at distance ``1..b_t`` in the same sentence.
+    Subsampled words are removed first, so windows reach over them, as in word2vec.
+
+    Args:
+        corpus: the encoded corpus.
+        window: ``L``.
+        rng: random generator for subsampling and window sizes.
+        keep: ``(|V|,)`` keep probabilities (:func:`keep_probabilities`), or None to keep all.
+        reduced: draw the window size per position (word2vec) or always use ``L``.
+
+    Returns:
+        ``centres, contexts``: two ``(P,)`` int64 arrays.
+    """
+    _check_window(window, "skipgram_pairs")
+    ids, sentence, b = _epoch_positions(corpus, window, rng, keep, reduced)
+    centres, contexts = [], []
+    for delta in range(1, window + 1):
+        same = sentence[:-delta] == sentence[delta:]
+        right = same & (b[:-delta] >= delta)  # t's context at t + delta
+        left = same & (b[delta:] >= delta)  # (t + delta)'s context at t
+        centres += [ids[:-delta][right], ids[delta:][left]]
+        contexts += [ids[delta:][right], ids[:-delta][left]]
+    return np.concatenate(centres), np.concatenate(contexts)
+
+
+def cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generator, *,
+                 keep: np.ndarray | None = None, reduced: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """One epoch of CBOW examples: each kept position's word and the words of its window.
+
+    Windows are drawn as in :func:`skipgram_pairs`. Positions whose window holds no other
+    word (one-word sentences) are left out.
+
+    Returns:
+        ``centres`` ``(P,)`` int64 and ``contexts`` ``(P, 2L)`` int64, padded with ``-1``.
+    """
+    _check_window(window, "cbow_windows")
+    ids, sentence, b = _epoch_positions(corpus, window, rng, keep, reduced)
+    n = len(ids)
+    contexts = np.full((n, 2 * window), -1, dtype=np.int64)
+    for delta in range(1, window + 1):
+        same = sentence[:-delta] == sentence[delta:]
+        right = np.zeros(n, dtype=bool)
+        right[:-delta] = same & (b[:-delta] >= delta)
+        left = np.zeros(n, dtype=bool)
+        left[delta:] = same & (b[delta:] >= delta)
+        contexts[right, window + delta - 1] = ids[delta:][right[:-delta]]
+        contexts[left, window - delta] = ids[:-delta][left[delta:]]
+    has_context = (contexts >= 0).any(axis=1)
+    return ids[has_context], contexts[has_context]

@@ -140,7 +140,7 @@ class Word2VecConfig:
         epochs: passes over the corpus.
         lr: initial learning rate; None means word2vec's default (0.025 skip-gram, 0.05 CBOW).
         min_lr_ratio: the rate decays linearly to ``lr * min_lr_ratio`` over training.
-        sample: subsampling threshold ``t`` (:func:`keep_probabilities`); 0 turns it off.
+        sample: subsampling threshold ``t`` (:func:`~transformer_book.embeddings.contexts.keep_probabilities`); 0 turns it off.
         noise_power: the exponent of the noise distribution.
         reduced_window: draw each position's window from ``1..L`` (word2vec) or always use ``L``.
         batch_size: pairs (skip-gram) or windows (CBOW) per update.

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from transformer_book.runtime import machine_description
 from transformer_book.decoding import generate
 from transformer_book.models import GPT, GPTConfig, Transformer, TransformerConfig
+from transformer_book.runtime import machine_description
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "kv_cache_speed.json"
 

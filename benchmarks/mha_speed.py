@@ -36,8 +36,8 @@ from pathlib import Path
 
 import torch
 
-from transformer_book.runtime import machine_description
 from transformer_book.attention import MultiHeadAttention
+from transformer_book.runtime import machine_description
 from transformer_book.twins import torch_multihead_attention
 
 BATCH, LENGTH, D_MODEL, N_HEADS = 32, 128, 256, 8

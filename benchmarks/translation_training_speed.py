@@ -58,9 +58,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book.runtime import machine_description
 from transformer_book.models import Transformer, TransformerConfig, shift_right
 from transformer_book.positional import SinusoidalPositionalEncoding
+from transformer_book.runtime import machine_description
 from transformer_book.training import label_smoothed_cross_entropy
 from transformer_book.twins import torch_transformer
 

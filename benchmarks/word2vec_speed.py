@@ -37,7 +37,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from transformer_book.runtime import machine_description
 from transformer_book import data
 from transformer_book.embeddings import (
     Word2VecConfig,
@@ -53,6 +52,7 @@ from transformer_book.embeddings.evaluation import (
     load_word_similarity,
     word_similarity,
 )
+from transformer_book.runtime import machine_description
 from transformer_book.text import Vocab
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "word2vec_speed.json"

@@ -1,6 +1,8 @@
 """Models built from the layers: the encoder-decoder Transformer (chapter 6), the recurrent
-encoder-decoder baselines (chapter 7) and a decoder-only language model (chapter 9)."""
+encoder-decoder baselines (chapter 7), a decoder-only language model (chapter 9), ELMo's
+bidirectional LSTM language model (chapter 12) and BERT (chapter 13)."""
 
+from transformer_book.models.bert import BERT, BERTConfig
 from transformer_book.models.gpt import GPT, GPTConfig
 from transformer_book.models.rnn import BahdanauAttention, LuongAttention, RNNSeq2Seq, RNNSeq2SeqConfig
 from transformer_book.models.transformer import Decoder, Encoder, Transformer, TransformerConfig, shift_right
@@ -8,4 +10,5 @@ from transformer_book.models.transformer import Decoder, Encoder, Transformer, T
 __all__ = [
     "Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_right",
     "BahdanauAttention", "LuongAttention", "RNNSeq2Seq", "RNNSeq2SeqConfig", "GPT", "GPTConfig",
+    "BERT", "BERTConfig",
 ]

@@ -1,0 +1,243 @@
+"""Tests of transformer_book.models.bert, the BERT model and its pretraining loss (chapter 13)."""
+
+from typing import NamedTuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_book import twins
+from transformer_book.models.bert import (
+    BERT,
+    IGNORE_INDEX,
+    BERTConfig,
+    evaluate_pretraining,
+    parameter_breakdown,
+    parameter_count,
+    pretraining_loss,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+V = 23
+
+
+class Batch(NamedTuple):
+    tokens: torch.Tensor
+    segments: torch.Tensor
+    targets: torch.Tensor
+    is_next: torch.Tensor
+
+
+def small(**changes):
+    torch.manual_seed(0)
+    return BERT(BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0),
+                              **changes}))
+
+
+def a_batch(B=3, n=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(5, V, (B, n), generator=g)
+    tokens[:, 0] = 2
+    segments = (torch.arange(n) >= n // 2).long().expand(B, n).clone()
+    targets = torch.full((B, n), IGNORE_INDEX)
+    targets[:, 1:n:3] = torch.randint(5, V, (B, len(range(1, n, 3))), generator=g)
+    return Batch(tokens, segments, targets, torch.tensor([1, 0, 1][:B]))
+
+
+def meta_count(config):
+    with torch.device("meta"):
+        model = BERT(config)
+    return sum(p.numel() for p in model.parameters())  # a tied matrix is one parameter, counted once
+
+
+# ---- parameter count ---------------------------------------------------------------------------
+
+def test_bert_base_and_large_match_the_published_sizes_without_allocating():
+    base, large = BERTConfig.base(), BERTConfig.large()
+    # bert-base-uncased and bert-large-uncased (vocabulary 30,522): the encoder models hold
+    # 109,482,240 and 335,141,888 weights, which the paper rounds to 110M and 340M.
+    assert parameter_count(base) == 109_482_240
+    assert parameter_count(large) == 335_141_888
+    assert round(parameter_count(base), -7) == 110_000_000 and round(parameter_count(large), -7) == 340_000_000
+    assert meta_count(base) == parameter_count(base, heads=True)
+    assert meta_count(large) == parameter_count(large, heads=True)
+
+
+@pytest.mark.parametrize("changes", [dict(), dict(d_ff=40), dict(n_segments=3, max_len=7), dict(n_layers=5, d_model=24, n_heads=3)])
+def test_the_formula_counts_every_weight_of_a_built_model(changes):
+    config = BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2), **changes})
+    model = BERT(config)
+    by_part = {
+        "embeddings": [model.token_embedding, model.segment_embedding, model.position_embedding, model.embedding_norm],
+        "encoder": [model.encoder], "pooler": [model.pooler], "nsp_head": [model.nsp],
+        "mlm_head": [model.mlm_transform, model.mlm_norm],
+    }
+    counted = {k: sum(p.numel() for m in ms for p in m.parameters()) for k, ms in by_part.items()}
+    counted["mlm_head"] += model.mlm_bias.numel()
+    assert counted == parameter_breakdown(config)
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(config, heads=True)
+
+
+# ---- the model ----------------------------------------------------------------------------------
+
+def test_the_encoder_is_pytorchs_post_ln_gelu_encoder():
+    model = small().double().eval()
+    batch = a_batch()
+    x = model.embed(batch.tokens, batch.segments)
+    layers = nn.ModuleList(twins.torch_encoder_layer(layer) for layer in model.encoder.layers)
+    expected = x
+    for layer in layers:
+        expected = layer(expected)
+    torch.testing.assert_close(model.encode(batch.tokens, batch.segments), expected, rtol=1e-10, atol=1e-10)
+    assert all(layer.norm_first is False and layer.activation_relu_or_gelu == 2 for layer in layers)
+
+
+def test_embeddings_are_the_sum_of_token_segment_and_position_then_layernorm():
+    model = small().double().eval()
+    tokens, segments = a_batch().tokens, a_batch().segments
+    e = model.token_embedding.weight[tokens] + model.segment_embedding.weight[segments] \
+        + model.position_embedding.weight[: tokens.shape[1]]
+    expected = F.layer_norm(e, (16,), model.embedding_norm.gamma, model.embedding_norm.beta, eps=1e-12)
+    torch.testing.assert_close(model.embed(tokens, segments), expected)
+    other = segments.clone()
+    other[:, -1] = 0
+    assert not torch.allclose(model.encode(tokens, segments)[:, 0], model.encode(tokens, other)[:, 0])
+
+
+def test_padding_does_not_reach_the_real_positions():
+    model = small(dropout=0.1).eval()
+    batch = a_batch(n=7)
+    padded = F.pad(batch.tokens, (0, 4), value=0)
+    seg = F.pad(batch.segments, (0, 4), value=0)
+    torch.testing.assert_close(model.encode(padded, seg)[:, :7], model.encode(batch.tokens, batch.segments),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_mlm_head_is_tied_to_the_token_embedding():
+    model = small().double()
+    h = torch.randn(4, 16, dtype=torch.float64)
+    t = model.mlm_norm(F.gelu(model.mlm_transform(h)))
+    torch.testing.assert_close(model.mlm_logits(h), t @ model.token_embedding.weight.T + model.mlm_bias)
+    assert not any(p.shape == (V, 16) for name, p in model.named_parameters() if "token_embedding" not in name)
+
+
+def test_nsp_reads_the_pooled_cls_state_only():
+    model = small().double().eval()
+    batch = a_batch()
+    hidden = model.encode(batch.tokens, batch.segments)
+    expected = model.nsp(torch.tanh(model.pooler(hidden[:, 0])))
+    out = model(batch.tokens, batch.segments)
+    torch.testing.assert_close(out.nsp_logits, expected)
+    assert out.mlm_logits.shape == (3, 9, V) and out.hidden.shape == (3, 9, 16)
+
+
+# ---- the loss ------------------------------------------------------------------------------------
+
+def test_mlm_loss_is_the_mean_over_selected_positions_only():
+    model = small().double().eval()
+    batch = a_batch()
+    result = pretraining_loss(model, batch)
+    out = model(batch.tokens, batch.segments)
+    nll, count = 0.0, 0
+    for b in range(3):
+        for t in range(9):
+            if batch.targets[b, t] != IGNORE_INDEX:
+                nll -= torch.log_softmax(out.mlm_logits[b, t], -1)[batch.targets[b, t]]
+                count += 1
+    assert result.n_predictions == count == 9
+    torch.testing.assert_close(result.mlm, nll / count)
+    nsp = -sum(torch.log_softmax(out.nsp_logits[b], -1)[batch.is_next[b]] for b in range(3)) / 3
+    torch.testing.assert_close(result.nsp, nsp)
+    torch.testing.assert_close(result.total, result.mlm + result.nsp)
+    assert result.nsp_correct == int((out.nsp_logits.argmax(-1) == batch.is_next).sum())
+
+
+def test_padding_changes_neither_loss():
+    """The trap of peers' code: an MLM loss averaged over padding falls as padding grows."""
+    model = small().eval()
+    batch = a_batch(n=7)
+    padded = Batch(F.pad(batch.tokens, (0, 5), value=0), F.pad(batch.segments, (0, 5), value=0),
+                   F.pad(batch.targets, (0, 5), value=IGNORE_INDEX), batch.is_next)
+    a, b = pretraining_loss(model, batch), pretraining_loss(model, padded)
+    torch.testing.assert_close(a.mlm, b.mlm, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a.nsp, b.nsp, rtol=1e-5, atol=1e-6)
+
+
+def test_evaluation_weights_batches_by_predictions_and_pairs():
+    model = small().eval()
+    batches = [a_batch(B=3, seed=1), a_batch(B=2, n=5, seed=2)]
+    with torch.no_grad():
+        parts = [pretraining_loss(model, b) for b in batches]
+    result = evaluate_pretraining(model, batches)
+    mlm = sum(float(p.mlm) * p.n_predictions for p in parts) / sum(p.n_predictions for p in parts)
+    assert result["mlm_loss"] == pytest.approx(mlm)
+    assert result["nsp_loss"] == pytest.approx((float(parts[0].nsp) * 3 + float(parts[1].nsp) * 2) / 5)
+    assert result["nsp_accuracy"] == pytest.approx(sum(p.nsp_correct for p in parts) / 5)
+    assert result["n_predictions"] == sum(p.n_predictions for p in parts)
+
+
+def test_a_small_bert_learns_a_fixed_batch():
+    model = small()
+    batch = a_batch()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    first = pretraining_loss(model, batch).total.item()
+    for _ in range(150):
+        optimizer.zero_grad()
+        pretraining_loss(model, batch).total.backward()
+        optimizer.step()
+    with torch.no_grad():
+        last = pretraining_loss(model.eval(), batch)
+    assert first > 2.5 and float(last.mlm) < 0.1 and last.nsp_correct == 3
+
+
+def test_an_untrained_model_scores_about_log_v():
+    model = small()
+    with torch.no_grad():
+        mlm = float(pretraining_loss(model.eval(), a_batch()).mlm)
+    assert mlm == pytest.approx(torch.log(torch.tensor(V)).item(), abs=0.3)
+
+
+def test_seeded_construction_repeats():
+    a, b = small(), small()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(vocab_size=0), "vocab_size"), (dict(n_heads=3), "divisible"), (dict(dropout=1.0), "dropout"),
+    (dict(d_ff=0), "d_ff"), (dict(pad_id=V), "pad_id"), (dict(eps=0.0), "eps"), (dict(n_segments=True), "n_segments"),
+])
+def test_config_errors(changes, match):
+    with pytest.raises(ValueError, match=match):
+        BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2), **changes})
+
+
+def test_input_errors_name_the_problem():
+    model = small()
+    tokens = torch.randint(5, V, (2, 5))
+    with pytest.raises(ValueError, match="exceed max_len=16"):
+        model(torch.randint(5, V, (1, 17)))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(torch.full((1, 3), V))
+    with pytest.raises(ValueError, match="integer tensor"):
+        model(tokens.float())
+    with pytest.raises(ValueError, match="integer tensor"):
+        model(tokens[0])
+    with pytest.raises(ValueError, match="at least one"):
+        model(tokens[:0])
+    with pytest.raises(ValueError, match="segments hold ids"):
+        model(tokens, torch.full_like(tokens, 2))
+    with pytest.raises(ValueError, match="segments must be"):
+        model(tokens, torch.zeros(2, 4, dtype=torch.long))
+    batch = a_batch()
+    with pytest.raises(ValueError, match="no position is selected"):
+        pretraining_loss(model, batch._replace(targets=torch.full_like(batch.targets, IGNORE_INDEX)))
+    with pytest.raises(ValueError, match="is_next"):
+        pretraining_loss(model, batch._replace(is_next=torch.zeros(2, dtype=torch.long)))
+    with pytest.raises(ValueError, match="PretrainingBatch"):
+        pretraining_loss(model, (batch.tokens, batch.targets))
+    with pytest.raises(ValueError, match="BERTConfig"):
+        BERT(dict(vocab_size=V))

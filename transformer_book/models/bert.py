@@ -1,0 +1,351 @@
+r"""BERT (Devlin et al., 2019): a bidirectional encoder pretrained by masked-language modelling
+and next-sentence prediction (chapter 13).
+
+.. math::
+
+    H^{(0)} = \operatorname{LN}\bigl(E_{tok}[x] + E_{seg}[s] + E_{pos}[0{:}n]\bigr), \qquad
+    H^{(l)} = \operatorname{Block}_l\bigl(H^{(l-1)};\ M^{\text{pad}}\bigr)
+
+The blocks are chapter 6's encoder layers in their post-LN form (as the original BERT), with
+GELU and every position attending to every non-padding position: nothing is hidden from a
+token except what the input itself hides behind ``[MASK]``. Two heads sit on top:
+
+* masked-language modelling, at the selected positions only,
+  :math:`P(x_t \mid \tilde{x}) = \operatorname{softmax}\bigl(\operatorname{LN}(\operatorname{GELU}
+  (H_t W_T + b_T))\, E_{tok}^\top + b\bigr)`, its output matrix tied to the token embedding;
+* next-sentence prediction on the pooled ``[CLS]`` vector,
+  :math:`P(\text{IsNext}) = \operatorname{softmax}\bigl(\tanh(H_0 W_P + b_P)\, W_{NSP} + b_{NSP}\bigr)`.
+
+The pretraining loss (:func:`pretraining_loss`) is the MLM cross-entropy averaged over the
+selected positions only (never over padding or unselected tokens) plus the NSP cross-entropy.
+:func:`parameter_count` gives the number of weights of any configuration by formula;
+building :meth:`BERTConfig.base` on PyTorch's ``meta`` device checks it without allocating.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_book.layers import LayerNorm
+from transformer_book.masks import padding_mask
+from transformer_book.models.transformer import Encoder
+
+__all__ = [
+    "BERT", "BERTConfig", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",
+    "pretraining_loss", "bert_loss", "evaluate_pretraining", "IGNORE_INDEX",
+]
+
+IGNORE_INDEX = -100
+"""The target of a position that the MLM loss skips (PyTorch's default ``ignore_index``)."""
+
+
+@dataclass(frozen=True)
+class BERTConfig:
+    """Hyper-parameters of :class:`BERT`.
+
+    ``max_len`` is the number of learned positions; ``d_ff`` defaults to ``4 * d_model``;
+    ``eps`` is the LayerNorms' epsilon (BERT's own code uses ``1e-12``); ``pad_id`` marks
+    padding, which no position attends to. :meth:`base` and :meth:`large` give the two sizes of
+    the paper.
+    """
+
+    vocab_size: int
+    max_len: int = 512
+    d_model: int = 768
+    n_heads: int = 12
+    n_layers: int = 12
+    d_ff: int | None = None
+    n_segments: int = 2
+    dropout: float = 0.1
+    eps: float = 1e-12
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "n_segments"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BERTConfig: {name} must be a positive int, got {value!r}")
+        if self.d_ff is not None and (isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1):
+            raise ValueError(f"BERTConfig: d_ff must be a positive int or None, got {self.d_ff!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"BERTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"BERTConfig: dropout must lie in [0, 1), got {self.dropout}")
+        if not self.eps > 0:
+            raise ValueError(f"BERTConfig: eps must be positive, got {self.eps}")
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"BERTConfig: pad_id must be an id in [0, {self.vocab_size}), got {self.pad_id!r}")
+
+    @property
+    def ff_width(self) -> int:
+        """The feed-forward width, ``d_ff`` or ``4 * d_model``."""
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    @classmethod
+    def base(cls, vocab_size: int = 30_522, **changes: Any) -> BERTConfig:
+        """BERT-base: 12 layers, width 768, 12 heads, 512 positions (the paper's "110M")."""
+        return cls(vocab_size, **{**dict(max_len=512, d_model=768, n_heads=12, n_layers=12), **changes})
+
+    @classmethod
+    def large(cls, vocab_size: int = 30_522, **changes: Any) -> BERTConfig:
+        """BERT-large: 24 layers, width 1024, 16 heads, 512 positions (the paper's "340M")."""
+        return cls(vocab_size, **{**dict(max_len=512, d_model=1024, n_heads=16, n_layers=24), **changes})
+
+
+def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
+    r"""The number of weights of each part of :class:`BERT`, by formula.
+
+    With :math:`V` words, :math:`P` positions, :math:`S` segments, width :math:`d`,
+    feed-forward width :math:`d_{ff}` and :math:`L` layers:
+
+    .. math::
+
+        \text{embeddings} &= (V + P + S)\, d + 2d \\
+        \text{one layer} &= \underbrace{4(d^2 + d)}_{W_Q, W_K, W_V, W_O}
+            + \underbrace{2 d\, d_{ff} + d_{ff} + d}_{\text{FFN}} + \underbrace{4d}_{\text{2 LayerNorms}} \\
+        \text{pooler} &= d^2 + d, \qquad
+        \text{MLM head} = d^2 + d + 2d + V \ \text{(its output matrix is } E_{tok}\text{)}, \qquad
+        \text{NSP head} = 2d + 2
+
+    Returns:
+        ``{"embeddings", "encoder", "pooler", "mlm_head", "nsp_head"}`` (``"encoder"`` is
+        :math:`L` times one layer). The encoder model that the paper sizes (BERT-base 110M,
+        BERT-large 340M) is embeddings + encoder + pooler.
+    """
+    if not isinstance(config, BERTConfig):
+        raise ValueError(f"parameter_breakdown: config must be a BERTConfig, got {type(config).__name__}")
+    V, P, S, d, f, L = (config.vocab_size, config.max_len, config.n_segments, config.d_model, config.ff_width,
+                        config.n_layers)
+    layer = 4 * (d * d + d) + (2 * d * f + f + d) + 4 * d
+    return {
+        "embeddings": (V + P + S) * d + 2 * d,
+        "encoder": L * layer,
+        "pooler": d * d + d,
+        "mlm_head": d * d + d + 2 * d + V,
+        "nsp_head": 2 * d + 2,
+    }
+
+
+def parameter_count(config: BERTConfig, *, heads: bool = False) -> int:
+    """Weights of the encoder model (embeddings, layers, pooler) by formula; with
+    ``heads=True`` also the MLM and NSP heads. See :func:`parameter_breakdown`."""
+    parts = parameter_breakdown(config)
+    return sum(v for k, v in parts.items() if heads or k not in ("mlm_head", "nsp_head"))
+
+
+class BERTOutput(NamedTuple):
+    """What :meth:`BERT.forward` returns: ``hidden (B, n, d_model)``, ``mlm_logits
+    (B, n, vocab_size)`` and ``nsp_logits (B, 2)`` (index 1 = "IsNext")."""
+
+    hidden: torch.Tensor
+    mlm_logits: torch.Tensor
+    nsp_logits: torch.Tensor
+
+
+class BERT(nn.Module):
+    """BERT: token, segment and position embeddings, a post-LN encoder, MLM and NSP heads.
+
+    Sub-modules: ``token_embedding``, ``segment_embedding``, ``position_embedding``,
+    ``embedding_norm`` (then ``embedding_dropout``), ``encoder`` (an
+    :class:`~transformer_book.models.transformer.Encoder` of post-LN GELU layers), ``pooler``
+    (dense + tanh on the ``[CLS]`` position), ``mlm_transform`` and ``mlm_norm`` with
+    ``mlm_bias`` (the output matrix is ``token_embedding.weight``) and ``nsp``.
+
+    Initialisation as BERT's code: weight matrices and embeddings
+    :math:`\\mathcal{N}(0, 0.02^2)`, biases zero, LayerNorms gamma 1 and beta 0.
+
+    Shapes: ``tokens`` ``(B, n)`` integer ids with ``n <= max_len``, ``segments`` ``(B, n)``
+    ids in ``[0, n_segments)`` (default all 0). Padding (``pad_id``) is excluded as a key.
+    """
+
+    def __init__(self, config: BERTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, BERTConfig):
+            raise ValueError(f"BERT: config must be a BERTConfig, got {type(config).__name__}")
+        self.config = c = config
+        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.segment_embedding = nn.Embedding(c.n_segments, c.d_model)
+        self.position_embedding = nn.Embedding(c.max_len, c.d_model)
+        self.embedding_norm = LayerNorm(c.d_model, c.eps)
+        self.embedding_dropout = nn.Dropout(c.dropout)
+        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=False,
+                               activation="gelu", eps=c.eps)
+        self.pooler = nn.Linear(c.d_model, c.d_model)
+        self.mlm_transform = nn.Linear(c.d_model, c.d_model)
+        self.mlm_norm = LayerNorm(c.d_model, c.eps)
+        self.mlm_bias = nn.Parameter(torch.zeros(c.vocab_size))
+        self.nsp = nn.Linear(c.d_model, 2)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """BERT's initialisation (see the class docstring), in a fixed order: seeded runs repeat."""
+        for name, parameter in self.named_parameters():
+            if parameter.dim() >= 2:
+                nn.init.normal_(parameter, std=0.02)
+            elif not name.endswith(("gamma", "beta")):
+                nn.init.zeros_(parameter)
+
+    def _check(self, tokens: torch.Tensor, segments: torch.Tensor | None) -> torch.Tensor:
+        c = self.config
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point \
+                or tokens.dtype == torch.bool or tokens.dtype.is_complex:
+            what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) \
+                else type(tokens).__name__
+            raise ValueError(f"BERT: tokens must be a (B, n) integer tensor, got {what}")
+        B, n = tokens.shape
+        if B == 0 or n == 0:
+            raise ValueError(f"BERT: tokens have shape {(B, n)}; at least one sequence and one token")
+        if n > c.max_len:
+            raise ValueError(f"BERT: {n} positions exceed max_len={c.max_len}")
+        if tokens.min() < 0 or tokens.max() >= c.vocab_size:
+            raise ValueError(f"BERT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
+                             f"vocabulary [0, {c.vocab_size})")
+        if segments is None:
+            return torch.zeros_like(tokens)
+        if not isinstance(segments, torch.Tensor) or segments.shape != tokens.shape or segments.dtype.is_floating_point \
+                or segments.dtype == torch.bool:
+            what = f"shape {tuple(segments.shape)}, dtype {segments.dtype}" if isinstance(segments, torch.Tensor) \
+                else type(segments).__name__
+            raise ValueError(f"BERT: segments must be an integer tensor of the tokens' shape {(B, n)}, got {what}")
+        if segments.min() < 0 or segments.max() >= c.n_segments:
+            raise ValueError(f"BERT: segments hold ids in [{int(segments.min())}, {int(segments.max())}], outside "
+                             f"[0, {c.n_segments})")
+        return segments
+
+    def embed(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
+        r""":math:`H^{(0)} = \operatorname{dropout}(\operatorname{LN}(E_{tok}[x] + E_{seg}[s] + E_{pos}[0{:}n]))`,
+        ``(B, n, d_model)``."""
+        segments = self._check(tokens, segments)
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.token_embedding(tokens) + self.segment_embedding(segments) + self.position_embedding(positions)
+        return self.embedding_dropout(self.embedding_norm(x))
+
+    def encode(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
+        """The last layer's hidden states ``(B, n, d_model)``; padding keys are excluded."""
+        x = self.embed(tokens, segments)
+        return self.encoder(x, padding_mask(tokens, self.config.pad_id))
+
+    def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Scores over the vocabulary for hidden states ``(..., d_model)`` -> ``(..., vocab_size)``:
+        :math:`\\operatorname{LN}(\\operatorname{GELU}(h W_T + b_T))\\, E_{tok}^\\top + b`."""
+        h = self.mlm_norm(F.gelu(self.mlm_transform(hidden)))
+        return F.linear(h, self.token_embedding.weight, self.mlm_bias)
+
+    def nsp_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``(B, 2)`` next-sentence scores from the pooled ``[CLS]`` state
+        :math:`\\tanh(H_0 W_P + b_P)`; index 1 means "B follows A"."""
+        return self.nsp(torch.tanh(self.pooler(hidden[:, 0])))
+
+    def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> BERTOutput:
+        hidden = self.encode(tokens, segments)
+        return BERTOutput(hidden, self.mlm_logits(hidden), self.nsp_logits(hidden))
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return f"vocab_size={c.vocab_size}, max_len={c.max_len}, d_model={c.d_model}, n_layers={c.n_layers}"
+
+
+class PretrainingLoss(NamedTuple):
+    """One batch's pretraining losses: ``total = mlm + nsp`` (for back-propagation), the MLM
+    loss averaged over the ``n_predictions`` selected positions, the NSP loss averaged over the
+    ``n_pairs`` pairs, and ``nsp_correct``, the number of pairs classified right."""
+
+    total: torch.Tensor
+    mlm: torch.Tensor
+    nsp: torch.Tensor
+    nsp_correct: int
+    n_predictions: int
+    n_pairs: int
+
+
+def _batch_fields(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    try:
+        return batch.tokens, batch.segments, batch.targets, batch.is_next
+    except AttributeError:
+        raise ValueError(f"pretraining_loss: batch must have tokens, segments, targets and is_next "
+                         f"(a PretrainingBatch), got {type(batch).__name__}") from None
+
+
+def pretraining_loss(model: BERT, batch: Any) -> PretrainingLoss:
+    r"""BERT's pretraining loss on one batch.
+
+    .. math::
+
+        \mathcal{L} = -\frac{1}{|S|} \sum_{(b, t) \in S} \log P(x_{b,t} \mid \tilde{x}_b)
+        \;-\; \frac{1}{B} \sum_{b} \log P(\text{IsNext}_b \mid \tilde{x}_b)
+
+    where :math:`S` is the set of selected positions (``targets != IGNORE_INDEX``). Only the
+    selected positions go through the MLM head, which is also what makes it cheap: about 15%
+    of the positions, never padding.
+
+    Args:
+        model: a :class:`BERT`.
+        batch: ``tokens (B, n)``, ``segments (B, n)``, ``targets (B, n)`` (the original id at
+            selected positions, ``IGNORE_INDEX`` elsewhere) and ``is_next (B,)`` (1 when B
+            follows A), e.g. a :class:`~transformer_book.data.pretraining.PretrainingBatch`.
+
+    Raises:
+        ValueError: shapes that do not match, or a batch with no selected position (its MLM
+            loss would be 0/0).
+    """
+    tokens, segments, targets, is_next = _batch_fields(batch)
+    if targets.shape != tokens.shape:
+        raise ValueError(f"pretraining_loss: targets have shape {tuple(targets.shape)}, tokens {tuple(tokens.shape)}")
+    if is_next.shape != tokens.shape[:1]:
+        raise ValueError(f"pretraining_loss: is_next must have shape ({tokens.shape[0]},), got {tuple(is_next.shape)}")
+    selected = targets != IGNORE_INDEX
+    n_predictions = int(selected.sum())
+    if n_predictions == 0:
+        raise ValueError("pretraining_loss: no position is selected for the MLM loss (targets are all IGNORE_INDEX)")
+    hidden = model.encode(tokens, segments)
+    mlm = F.cross_entropy(model.mlm_logits(hidden[selected]), targets[selected])
+    nsp_scores = model.nsp_logits(hidden)
+    nsp = F.cross_entropy(nsp_scores, is_next)
+    correct = int((nsp_scores.argmax(dim=-1) == is_next).sum())
+    return PretrainingLoss(mlm + nsp, mlm, nsp, correct, n_predictions, tokens.shape[0])
+
+
+def bert_loss() -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
+    """The loss function for :func:`~transformer_book.training.fit`: ``(mlm + nsp, n_predictions)``."""
+
+    def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
+        result = pretraining_loss(model, batch)
+        return result.total, result.n_predictions
+
+    return loss_fn
+
+
+@torch.no_grad()
+def evaluate_pretraining(model: BERT, batches: Iterable[Any], device: torch.device | str | None = None) -> dict[str, float]:
+    """MLM loss (weighted by selected positions), NSP loss and accuracy (weighted by pairs) over
+    ``batches``, in eval mode (the mode is restored after).
+
+    Returns:
+        ``{"mlm_loss", "mlm_perplexity", "nsp_loss", "nsp_accuracy", "n_predictions", "n_pairs"}``.
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    mlm = nsp = 0.0
+    correct = predictions = pairs = 0
+    try:
+        for batch in batches:
+            batch = type(batch)(*(t.to(device) for t in batch))
+            result = pretraining_loss(model, batch)
+            mlm += float(result.mlm) * result.n_predictions
+            nsp += float(result.nsp) * result.n_pairs
+            correct += result.nsp_correct
+            predictions += result.n_predictions
+            pairs += result.n_pairs
+    finally:
+        model.train(was_training)
+    if pairs == 0:
+        raise ValueError("evaluate_pretraining: batches yielded nothing")
+    return {"mlm_loss": mlm / predictions, "mlm_perplexity": math.exp(mlm / predictions), "nsp_loss": nsp / pairs,
+            "nsp_accuracy": correct / pairs, "n_predictions": predictions, "n_pairs": pairs}

@@ -12,6 +12,7 @@ from transformer_book.models.bert import (
     BERT,
     IGNORE_INDEX,
     BERTConfig,
+    bert_loss,
     evaluate_pretraining,
     parameter_breakdown,
     parameter_count,
@@ -241,3 +242,15 @@ def test_input_errors_name_the_problem():
         pretraining_loss(model, (batch.tokens, batch.targets))
     with pytest.raises(ValueError, match="BERTConfig"):
         BERT(dict(vocab_size=V))
+
+
+def test_bert_loss_for_fit_returns_the_total_and_logs_both_parts():
+    model = small()
+    log = []
+    loss, n = bert_loss(log)(model, a_batch())
+    expected = pretraining_loss(model, a_batch())
+    assert n == 9 and loss.item() == pytest.approx(expected.total.item())
+    assert log == [{"training": True, "mlm": pytest.approx(expected.mlm.item()), "nsp": pytest.approx(expected.nsp.item()),
+                    "nsp_correct": expected.nsp_correct, "n_predictions": 9, "n_pairs": 3}]
+    with pytest.raises(ValueError, match="log must be a list"):
+        bert_loss(log=())

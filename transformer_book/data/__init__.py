@@ -38,7 +38,7 @@ from transformer_book.data.translation import (
     load_multi30k,
     load_tatoeba,
 )
-from transformer_book.data.wikitext import WIKITEXT2_SPLITS, load_wikitext2
+from transformer_book.data.wikitext import WIKITEXT2_SPLITS, load_wikitext2, load_wikitext2_stream
 
 __all__ = [
     "BucketedBatches",
@@ -67,6 +67,7 @@ __all__ = [
     "load_odyssey",
     "load_tatoeba",
     "load_wikitext2",
+    "load_wikitext2_stream",
     "pad_sequences",
     "sha256_of",
     "strip_gutenberg",

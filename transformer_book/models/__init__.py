@@ -3,6 +3,7 @@ encoder-decoder baselines (chapter 7), a decoder-only language model (chapter 9)
 bidirectional LSTM language model (chapter 12) and BERT (chapter 13)."""
 
 from transformer_book.models.bert import BERT, BERTConfig
+from transformer_book.models.elmo import BiLM, BiLMConfig, LSTMCell, LSTMLayer, ScalarMix
 from transformer_book.models.gpt import GPT, GPTConfig
 from transformer_book.models.rnn import BahdanauAttention, LuongAttention, RNNSeq2Seq, RNNSeq2SeqConfig
 from transformer_book.models.transformer import Decoder, Encoder, Transformer, TransformerConfig, shift_right
@@ -10,5 +11,5 @@ from transformer_book.models.transformer import Decoder, Encoder, Transformer, T
 __all__ = [
     "Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_right",
     "BahdanauAttention", "LuongAttention", "RNNSeq2Seq", "RNNSeq2SeqConfig", "GPT", "GPTConfig",
-    "BERT", "BERTConfig",
+    "LSTMCell", "LSTMLayer", "ScalarMix", "BiLM", "BiLMConfig", "BERT", "BERTConfig",
 ]

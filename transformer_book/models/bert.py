@@ -311,11 +311,22 @@ def pretraining_loss(model: BERT, batch: Any) -> PretrainingLoss:
     return PretrainingLoss(mlm + nsp, mlm, nsp, correct, n_predictions, tokens.shape[0])
 
 
-def bert_loss() -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
-    """The loss function for :func:`~transformer_book.training.fit`: ``(mlm + nsp, n_predictions)``."""
+def bert_loss(log: list[dict[str, float]] | None = None) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
+    """The loss function for :func:`~transformer_book.training.fit`: ``(mlm + nsp, n_predictions)``.
+
+    With a list ``log``, every call also appends ``{"training", "mlm", "nsp", "nsp_correct",
+    "n_predictions", "n_pairs"}`` to it, so that the MLM and NSP curves can be drawn apart
+    (``training`` tells the training steps from the validation passes).
+    """
+    if log is not None and not isinstance(log, list):
+        raise ValueError(f"bert_loss: log must be a list or None, got {type(log).__name__}")
 
     def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
         result = pretraining_loss(model, batch)
+        if log is not None:
+            log.append({"training": model.training, "mlm": result.mlm.item(), "nsp": result.nsp.item(),
+                        "nsp_correct": result.nsp_correct, "n_predictions": result.n_predictions,
+                        "n_pairs": result.n_pairs})
         return result.total, result.n_predictions
 
     return loss_fn

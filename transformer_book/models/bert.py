@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_book.data.pretraining import IGNORE_INDEX
 from transformer_book.layers import LayerNorm
 from transformer_book.masks import padding_mask
 from transformer_book.models.transformer import Encoder
@@ -40,10 +41,6 @@ __all__ = [
     "BERT", "BERTConfig", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",
     "pretraining_loss", "bert_loss", "evaluate_pretraining", "IGNORE_INDEX",
 ]
-
-IGNORE_INDEX = -100
-"""The target of a position that the MLM loss skips (PyTorch's default ``ignore_index``)."""
-
 
 @dataclass(frozen=True)
 class BERTConfig:

@@ -43,15 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_book.layers import _check_positive_int
+
 __all__ = ["LSTMCell", "LSTMLayer", "ScalarMix", "BiLMConfig", "BiLM"]
 
 ENGINES = ("torch", "book")
-
-
-def _check_positive_int(owner: str, **values: int) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
 
 
 def _describe(t: object) -> str:

@@ -38,6 +38,7 @@ from transformer_book.data.translation import (
     load_multi30k,
     load_tatoeba,
 )
+from transformer_book.data.sst2 import load_sst2
 from transformer_book.data.wikitext import WIKITEXT2_SPLITS, load_wikitext2, load_wikitext2_stream
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "get_corpus",
     "load_multi30k",
     "load_odyssey",
+    "load_sst2",
     "load_tatoeba",
     "load_wikitext2",
     "load_wikitext2_stream",

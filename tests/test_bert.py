@@ -66,7 +66,7 @@ def test_bert_base_and_large_match_the_published_sizes_without_allocating():
     assert meta_count(large) == parameter_count(large, heads=True)
 
 
-@pytest.mark.parametrize("changes", [dict(), dict(d_ff=40), dict(n_segments=3, max_len=7), dict(n_layers=5, d_model=24, n_heads=3)])
+@pytest.mark.parametrize("changes", [dict(), dict(d_ff=40), dict(norm_first=True), dict(n_segments=3, max_len=7), dict(n_layers=5, d_model=24, n_heads=3)])
 def test_the_formula_counts_every_weight_of_a_built_model(changes):
     config = BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2), **changes})
     model = BERT(config)
@@ -93,6 +93,16 @@ def test_the_encoder_is_pytorchs_post_ln_gelu_encoder():
         expected = layer(expected)
     torch.testing.assert_close(model.encode(batch.tokens, batch.segments), expected, rtol=1e-10, atol=1e-10)
     assert all(layer.norm_first is False and layer.activation_relu_or_gelu == 2 for layer in layers)
+
+
+def test_pre_ln_variant_is_pytorchs_pre_ln_encoder_with_a_final_norm():
+    model = small(norm_first=True).double().eval()
+    batch = a_batch()
+    expected = model.embed(batch.tokens, batch.segments)
+    for layer in model.encoder.layers:
+        expected = twins.torch_encoder_layer(layer)(expected)
+    expected = F.layer_norm(expected, (16,), model.encoder.norm.gamma, model.encoder.norm.beta, eps=1e-12)
+    torch.testing.assert_close(model.encode(batch.tokens, batch.segments), expected, rtol=1e-10, atol=1e-10)
 
 
 def test_embeddings_are_the_sum_of_token_segment_and_position_then_layernorm():
@@ -209,7 +219,7 @@ def test_seeded_construction_repeats():
 
 @pytest.mark.parametrize("changes, match", [
     (dict(vocab_size=0), "vocab_size"), (dict(n_heads=3), "divisible"), (dict(dropout=1.0), "dropout"),
-    (dict(d_ff=0), "d_ff"), (dict(pad_id=V), "pad_id"), (dict(eps=0.0), "eps"), (dict(n_segments=True), "n_segments"),
+    (dict(d_ff=0), "d_ff"), (dict(norm_first=1), "norm_first"), (dict(pad_id=V), "pad_id"), (dict(eps=0.0), "eps"), (dict(n_segments=True), "n_segments"),
 ])
 def test_config_errors(changes, match):
     with pytest.raises(ValueError, match=match):

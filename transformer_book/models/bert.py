@@ -48,8 +48,10 @@ class BERTConfig:
 
     ``max_len`` is the number of learned positions; ``d_ff`` defaults to ``4 * d_model``;
     ``eps`` is the LayerNorms' epsilon (BERT's own code uses ``1e-12``); ``pad_id`` marks
-    padding, which no position attends to. :meth:`base` and :meth:`large` give the two sizes of
-    the paper.
+    padding, which no position attends to. ``norm_first=True`` uses pre-LN layers with a final
+    LayerNorm (chapter 5) instead of BERT's post-LN: the same model family, easier to train
+    fast at a high learning rate. :meth:`base` and :meth:`large` give the two sizes of the
+    paper.
     """
 
     vocab_size: int
@@ -62,6 +64,7 @@ class BERTConfig:
     dropout: float = 0.1
     eps: float = 1e-12
     pad_id: int = 0
+    norm_first: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "n_segments"):
@@ -76,6 +79,8 @@ class BERTConfig:
             raise ValueError(f"BERTConfig: dropout must lie in [0, 1), got {self.dropout}")
         if not self.eps > 0:
             raise ValueError(f"BERTConfig: eps must be positive, got {self.eps}")
+        if not isinstance(self.norm_first, bool):
+            raise ValueError(f"BERTConfig: norm_first must be a bool, got {self.norm_first!r}")
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"BERTConfig: pad_id must be an id in [0, {self.vocab_size}), got {self.pad_id!r}")
 
@@ -106,13 +111,14 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
         \text{embeddings} &= (V + P + S)\, d + 2d \\
         \text{one layer} &= \underbrace{4(d^2 + d)}_{W_Q, W_K, W_V, W_O}
             + \underbrace{2 d\, d_{ff} + d_{ff} + d}_{\text{FFN}} + \underbrace{4d}_{\text{2 LayerNorms}} \\
-        \text{pooler} &= d^2 + d, \qquad
+        \text{final LayerNorm} &= 2d \ \text{(pre-LN only)}, \qquad
+        \text{pooler} = d^2 + d, \qquad
         \text{MLM head} = d^2 + d + 2d + V \ \text{(its output matrix is } E_{tok}\text{)}, \qquad
         \text{NSP head} = 2d + 2
 
     Returns:
         ``{"embeddings", "encoder", "pooler", "mlm_head", "nsp_head"}`` (``"encoder"`` is
-        :math:`L` times one layer). The encoder model that the paper sizes (BERT-base 110M,
+        :math:`L` times one layer, plus the final LayerNorm of a pre-LN model). The encoder model that the paper sizes (BERT-base 110M,
         BERT-large 340M) is embeddings + encoder + pooler.
     """
     if not isinstance(config, BERTConfig):
@@ -122,7 +128,7 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
     layer = 4 * (d * d + d) + (2 * d * f + f + d) + 4 * d
     return {
         "embeddings": (V + P + S) * d + 2 * d,
-        "encoder": L * layer,
+        "encoder": L * layer + (2 * d if config.norm_first else 0),
         "pooler": d * d + d,
         "mlm_head": d * d + d + 2 * d + V,
         "nsp_head": 2 * d + 2,
@@ -150,7 +156,8 @@ class BERT(nn.Module):
 
     Sub-modules: ``token_embedding``, ``segment_embedding``, ``position_embedding``,
     ``embedding_norm`` (then ``embedding_dropout``), ``encoder`` (an
-    :class:`~transformer_book.models.transformer.Encoder` of post-LN GELU layers), ``pooler``
+    :class:`~transformer_book.models.transformer.Encoder` of post-LN GELU layers, or pre-LN
+    ones with a final LayerNorm when ``config.norm_first``), ``pooler``
     (dense + tanh on the ``[CLS]`` position), ``mlm_transform`` and ``mlm_norm`` with
     ``mlm_bias`` (the output matrix is ``token_embedding.weight``) and ``nsp``.
 
@@ -171,7 +178,7 @@ class BERT(nn.Module):
         self.position_embedding = nn.Embedding(c.max_len, c.d_model)
         self.embedding_norm = LayerNorm(c.d_model, c.eps)
         self.embedding_dropout = nn.Dropout(c.dropout)
-        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=False,
+        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=c.norm_first,
                                activation="gelu", eps=c.eps)
         self.pooler = nn.Linear(c.d_model, c.d_model)
         self.mlm_transform = nn.Linear(c.d_model, c.d_model)

@@ -29,6 +29,7 @@ from transformer_book.data.pretraining import (
 )
 from transformer_book.training import _to_device
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, WordPieceTokenizer
+from transformer_book.data import download
 
 FIRST_NORMAL = 5
 
@@ -62,7 +63,7 @@ def test_documents_from_a_hand_written_file(tmp_path, monkeypatch):
         calls.append((corpus, file, download))
         return path
 
-    monkeypatch.setattr(pretraining, "fetch", fake_fetch)
+    monkeypatch.setattr(download, "fetch", fake_fetch)  # what fetch_text calls
     assert wikitext2_documents("valid", download=False) == [
         ["Alpha is a letter .", "It has-marks , like 1,000 and 2.5 !", "Does it ?", "Yes",
          "The letter [UNK] is used .", "Legend : GP", "= Goals ; A =", "Assists", "Last one ."],

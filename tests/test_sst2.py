@@ -12,6 +12,7 @@ import pytest
 from transformer_book.data import DataError
 from transformer_book.data import sst2
 from transformer_book.data.sst2 import load_sst2
+from transformer_book.data import download
 
 TEXT = "sentence\tlabel\nit 's a charming and often affecting journey . \t1\nunflinchingly bleak and desperate \t0\n"
 
@@ -25,7 +26,7 @@ def fetched(tmp_path, monkeypatch):
         calls.append((corpus, file, download))
         return path
 
-    monkeypatch.setattr(sst2, "fetch", fake_fetch)
+    monkeypatch.setattr(download, "fetch", fake_fetch)  # what fetch_text calls
     return path, calls
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from transformer_book.data import DataError, load_wikitext2, wikitext
 from transformer_book.data.wikitext import load_wikitext2_stream
+from transformer_book.data import download
 
 TEXT = " \n = Valkyria Chronicles = \n \n The game 's story @-@ line <unk> .\n\n Second Paragraph here \n"
 
@@ -23,7 +24,7 @@ def fetched(tmp_path, monkeypatch):
         calls.append((corpus, file, download))
         return path
 
-    monkeypatch.setattr(wikitext, "fetch", fake_fetch)
+    monkeypatch.setattr(download, "fetch", fake_fetch)  # what fetch_text calls
     return path, calls
 
 

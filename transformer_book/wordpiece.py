@@ -35,6 +35,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from transformer_book.subword import _check_text
+
 __all__ = [
     "WordPieceTokenizer", "SPECIAL_TOKENS", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID",
 ]
@@ -56,12 +58,6 @@ def _tokenizers():  # noqa: ANN202 - the module
     except ImportError as err:  # pragma: no cover - a dependency of the package
         raise ImportError("WordPieceTokenizer needs the tokenizers package: pip install tokenizers") from err
     return tokenizers
-
-
-def _check_text(text: object, where: str) -> str:
-    if not isinstance(text, str):
-        raise ValueError(f"{where}: expected a str, got {type(text).__name__}")
-    return text
 
 
 def _pipeline(vocab: dict[str, int]):  # noqa: ANN202 - a tokenizers.Tokenizer

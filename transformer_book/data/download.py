@@ -113,6 +113,21 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
     return target
 
 
+def fetch_text(corpus: str, file: str, *, download: bool = True) -> str:
+    """:func:`fetch` one file of a corpus and return it decoded as UTF-8.
+
+    Raises:
+        DataError: the file is not UTF-8 text (corrupt: the message says to delete it), and
+            the errors of :func:`fetch`.
+    """
+    path = fetch(corpus, file, download=download)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"cannot read {corpus}/{file} ({path}): {err}. The file is corrupt; "
+                        "delete it so that it is fetched again") from None
+
+
 def _select_file(corpus: Corpus, file: str | None) -> RemoteFile:
     """The requested file, or the only file when ``file`` is None."""
     if file is not None:

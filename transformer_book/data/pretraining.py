@@ -41,8 +41,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from transformer_book.data.download import DataError, fetch
-from transformer_book.data.wikitext import WIKITEXT2_SPLITS
+from transformer_book.data.wikitext import _read_split
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 
 __all__ = [
@@ -150,15 +149,7 @@ def wikitext2_documents(split: str = "train", *, download: bool = True) -> list[
         ValueError: an unknown split.
         DataError: a file that is not UTF-8 text.
     """
-    if split not in WIKITEXT2_SPLITS:
-        raise ValueError(f"wikitext2_documents: unknown split {split!r}; known splits: {', '.join(WIKITEXT2_SPLITS)}")
-    path = fetch("wikitext2", WIKITEXT2_SPLITS[split], download=download)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(f"cannot read wikitext2/{WIKITEXT2_SPLITS[split]} ({path}): {err}. The file is corrupt; "
-                        "delete it so that it is fetched again") from None
-    return _documents_from_text(text)
+    return _documents_from_text(_read_split("wikitext2_documents", split, download))
 
 
 # ----------------------------------------------------------------------------- sentence pairs

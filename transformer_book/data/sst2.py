@@ -4,7 +4,7 @@ probe of chapter 12 and the fine-tuning of chapter 14."""
 
 from __future__ import annotations
 
-from transformer_book.data.download import DataError, fetch
+from transformer_book.data.download import DataError, fetch_text
 
 __all__ = ["SST2_SPLITS", "SST2_HEADER", "load_sst2"]
 
@@ -47,12 +47,7 @@ def load_sst2(split: str = "train", *, download: bool = True) -> list[tuple[str,
     if split not in SST2_SPLITS:
         raise ValueError(f"load_sst2: unknown split {split!r}; known splits: {', '.join(SST2_SPLITS)}")
     name = f"sst2/{SST2_SPLITS[split]}"
-    path = fetch("sst2", SST2_SPLITS[split], download=download)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(f"cannot read {name} ({path}): {err}. The file is corrupt; delete it so that it is "
-                        "fetched again") from None
+    text = fetch_text("sst2", SST2_SPLITS[split], download=download)
     lines = text.split("\n")
     if lines[-1] == "":  # the newline that ends the last line starts no new line
         lines.pop()

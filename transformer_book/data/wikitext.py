@@ -3,7 +3,7 @@ stream of tokens with ``<eos>`` line ends for word-level language modelling (cha
 
 from __future__ import annotations
 
-from transformer_book.data.download import DataError, fetch
+from transformer_book.data.download import fetch_text
 
 __all__ = ["WIKITEXT2_SPLITS", "load_wikitext2", "load_wikitext2_stream"]
 
@@ -77,9 +77,4 @@ def _read_split(owner: str, split: str, download: bool) -> str:
     """The text of one split's file, fetched and decoded as UTF-8."""
     if split not in WIKITEXT2_SPLITS:
         raise ValueError(f"{owner}: unknown split {split!r}; known splits: {', '.join(WIKITEXT2_SPLITS)}")
-    path = fetch("wikitext2", WIKITEXT2_SPLITS[split], download=download)
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(f"cannot read wikitext2/{WIKITEXT2_SPLITS[split]} ({path}): {err}. The file is corrupt; "
-                        "delete it so that it is fetched again") from None
+    return fetch_text("wikitext2", WIKITEXT2_SPLITS[split], download=download)

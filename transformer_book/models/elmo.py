@@ -70,6 +70,23 @@ def _lstm_update(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, to
     return torch.sigmoid(o) * torch.tanh(c_new), c_new
 
 
+def _add_lstm_parameters(module: nn.Module, owner: str, d_input: int, d_hidden: int, suffix: str) -> None:
+    """Register ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh`` (+ ``suffix``), gates stacked
+    (i, f, g, o) as in ``torch.nn.LSTM``, and draw them."""
+    _check_positive_int(owner, d_input=d_input, d_hidden=d_hidden)
+    module.d_input, module.d_hidden = d_input, d_hidden
+    for name, shape in [("weight_ih", (4 * d_hidden, d_input)), ("weight_hh", (4 * d_hidden, d_hidden)),
+                        ("bias_ih", (4 * d_hidden,)), ("bias_hh", (4 * d_hidden,))]:
+        module.register_parameter(name + suffix, nn.Parameter(torch.empty(shape)))
+    _reset_uniform(module)
+
+
+def _reset_uniform(module: nn.Module) -> None:
+    bound = 1.0 / math.sqrt(module.d_hidden)
+    for parameter in module.parameters():  # registration order: seeded draws repeat nn.LSTM's
+        nn.init.uniform_(parameter, -bound, bound)
+
+
 class LSTMCell(nn.Module):
     r"""One step of an LSTM, the gate equations written out (compare ``torch.nn.LSTMCell``).
 
@@ -96,19 +113,11 @@ class LSTMCell(nn.Module):
 
     def __init__(self, d_input: int, d_hidden: int) -> None:
         super().__init__()
-        _check_positive_int("LSTMCell", d_input=d_input, d_hidden=d_hidden)
-        self.d_input, self.d_hidden = d_input, d_hidden
-        self.weight_ih = nn.Parameter(torch.empty(4 * d_hidden, d_input))
-        self.weight_hh = nn.Parameter(torch.empty(4 * d_hidden, d_hidden))
-        self.bias_ih = nn.Parameter(torch.empty(4 * d_hidden))
-        self.bias_hh = nn.Parameter(torch.empty(4 * d_hidden))
-        self.reset_parameters()
+        _add_lstm_parameters(self, "LSTMCell", d_input, d_hidden, suffix="")
 
     def reset_parameters(self) -> None:
         """:math:`\\mathcal{U}(-1/\\sqrt{h}, 1/\\sqrt{h})` for every parameter, in registration order."""
-        bound = 1.0 / math.sqrt(self.d_hidden)
-        for parameter in self.parameters():
-            nn.init.uniform_(parameter, -bound, bound)
+        _reset_uniform(self)
 
     def extra_repr(self) -> str:
         return f"{self.d_input}, {self.d_hidden}"
@@ -150,19 +159,11 @@ class LSTMLayer(nn.Module):
 
     def __init__(self, d_input: int, d_hidden: int) -> None:
         super().__init__()
-        _check_positive_int("LSTMLayer", d_input=d_input, d_hidden=d_hidden)
-        self.d_input, self.d_hidden = d_input, d_hidden
-        self.weight_ih_l0 = nn.Parameter(torch.empty(4 * d_hidden, d_input))
-        self.weight_hh_l0 = nn.Parameter(torch.empty(4 * d_hidden, d_hidden))
-        self.bias_ih_l0 = nn.Parameter(torch.empty(4 * d_hidden))
-        self.bias_hh_l0 = nn.Parameter(torch.empty(4 * d_hidden))
-        self.reset_parameters()
+        _add_lstm_parameters(self, "LSTMLayer", d_input, d_hidden, suffix="_l0")
 
     def reset_parameters(self) -> None:
         """:math:`\\mathcal{U}(-1/\\sqrt{h}, 1/\\sqrt{h})` for every parameter, in registration order."""
-        bound = 1.0 / math.sqrt(self.d_hidden)
-        for parameter in self.parameters():
-            nn.init.uniform_(parameter, -bound, bound)
+        _reset_uniform(self)
 
     def extra_repr(self) -> str:
         return f"{self.d_input}, {self.d_hidden}, batch_first=True"

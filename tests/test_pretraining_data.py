@@ -29,7 +29,6 @@ from transformer_book.data.pretraining import (
 )
 from transformer_book.training import _to_device
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, WordPieceTokenizer
-from transformer_book.data import download
 
 FIRST_NORMAL = 5
 
@@ -54,16 +53,9 @@ FAKE_WIKITEXT = (
 )
 
 
-def test_documents_from_a_hand_written_file(tmp_path, monkeypatch):
-    path = tmp_path / "valid.txt"
+def test_documents_from_a_hand_written_file(fetched):
+    path, calls = fetched
     path.write_text(FAKE_WIKITEXT, encoding="utf-8")
-    calls = []
-
-    def fake_fetch(corpus, file=None, *, download=True):
-        calls.append((corpus, file, download))
-        return path
-
-    monkeypatch.setattr(download, "fetch", fake_fetch)  # what fetch_text calls
     assert wikitext2_documents("valid", download=False) == [
         ["Alpha is a letter .", "It has-marks , like 1,000 and 2.5 !", "Does it ?", "Yes",
          "The letter [UNK] is used .", "Legend : GP", "= Goals ; A =", "Assists", "Last one ."],

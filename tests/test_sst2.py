@@ -12,22 +12,9 @@ import pytest
 from transformer_book.data import DataError
 from transformer_book.data import sst2
 from transformer_book.data.sst2 import load_sst2
-from transformer_book.data import download
 
 TEXT = "sentence\tlabel\nit 's a charming and often affecting journey . \t1\nunflinchingly bleak and desperate \t0\n"
 
-
-@pytest.fixture
-def fetched(tmp_path, monkeypatch):
-    path = tmp_path / "dev.tsv"
-    calls = []
-
-    def fake_fetch(corpus, file=None, *, download=True):
-        calls.append((corpus, file, download))
-        return path
-
-    monkeypatch.setattr(download, "fetch", fake_fetch)  # what fetch_text calls
-    return path, calls
 
 
 def test_rows_are_stripped_sentences_with_integer_labels(fetched):

@@ -10,22 +10,9 @@ import pytest
 
 from transformer_book.data import DataError, load_wikitext2, wikitext
 from transformer_book.data.wikitext import load_wikitext2_stream
-from transformer_book.data import download
 
 TEXT = " \n = Valkyria Chronicles = \n \n The game 's story @-@ line <unk> .\n\n Second Paragraph here \n"
 
-
-@pytest.fixture
-def fetched(tmp_path, monkeypatch):
-    path = tmp_path / "train.txt"
-    calls = []
-
-    def fake_fetch(corpus, file=None, *, download=True):
-        calls.append((corpus, file, download))
-        return path
-
-    monkeypatch.setattr(download, "fetch", fake_fetch)  # what fetch_text calls
-    return path, calls
 
 
 def test_paragraphs_of_tokens_lower_cased_without_blank_lines(fetched):

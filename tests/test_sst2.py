@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from transformer_book.data import DataError
-from transformer_book.data import sst2
 from transformer_book.data.sst2 import load_sst2
 
 TEXT = "sentence\tlabel\nit 's a charming and often affecting journey . \t1\nunflinchingly bleak and desperate \t0\n"

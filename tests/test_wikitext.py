@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_book.data import DataError, load_wikitext2, wikitext
+from transformer_book.data import DataError, load_wikitext2
 from transformer_book.data.wikitext import load_wikitext2_stream
 
 TEXT = " \n = Valkyria Chronicles = \n \n The game 's story @-@ line <unk> .\n\n Second Paragraph here \n"

@@ -23,7 +23,7 @@ symbol (``##s``) from the same character starting one (``s``):
 until the vocabulary has ``vocab_size`` entries or no pair occurs ``min_frequency`` times.
 The special tokens come first, at fixed ids: ``[PAD]`` 0, ``[UNK]`` 1, ``[CLS]`` 2,
 ``[SEP]`` 3, ``[MASK]`` 4. In raw text they are matched before normalisation, so the
-literal string ``"[UNK]"`` encodes to :data:`UNK_ID` (and ``"[MASK]"`` to :data:`MASK_ID`).
+literal string ``"[UNK]"`` encodes to ``UNK_ID`` (and ``"[MASK]"`` to ``MASK_ID``).
 """
 
 from __future__ import annotations

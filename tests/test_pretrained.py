@@ -1,4 +1,4 @@
-"""Tests of transformer_book.pretrained: Hugging Face BERT weights in the book's BERT (chapter 15)."""
+"""Tests of transformer_book.pretrained: Hugging Face BERT and GPT-2 weights in the book's models (chapter 15)."""
 
 import pytest
 import torch
@@ -6,7 +6,13 @@ import torch
 import transformers  # the optional extra "pretrained"; requirements.txt installs it for the tests
 
 from transformer_book.models.bert import BERTConfig
-from transformer_book.pretrained import bert_config_from_hf, bert_parameter_names, load_hf_bert
+from transformer_book.pretrained import (
+    bert_config_from_hf,
+    bert_parameter_names,
+    gpt_config_from_hf,
+    load_hf_bert,
+    load_hf_gpt2,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -82,3 +88,44 @@ def test_mismatches_are_named():
     with pytest.raises(ValueError, match="BERTConfig"):
         load_hf_bert(theirs, dict(vocab_size=60))
     assert isinstance(bert_config_from_hf(theirs.config), BERTConfig)
+
+
+def hf_gpt2(**changes):
+    config = transformers.GPT2Config(**{**dict(vocab_size=50, n_positions=16, n_embd=12, n_layer=2, n_head=3,
+                                               bos_token_id=0, eos_token_id=0), **changes})
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p), alpha=0.1)
+    return model
+
+
+def test_random_gpt2_matches_transformers_to_1e5():
+    theirs = hf_gpt2()
+    ours = load_hf_gpt2(theirs, gpt_config_from_hf(theirs.config)).eval()
+    tokens = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = theirs(input_ids=tokens).logits
+        torch.testing.assert_close(ours(tokens), expected, rtol=1e-5, atol=1e-5)
+    assert ours.output.weight is ours.embedding.weight
+
+
+def test_gpt2_loads_from_a_bare_model_state_dict_and_checks_its_config():
+    theirs = hf_gpt2()
+    config = gpt_config_from_hf(theirs.config)
+    ours = load_hf_gpt2(theirs.transformer.state_dict(), config).eval()
+    tokens = torch.randint(0, 50, (1, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), theirs(input_ids=tokens).logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="gelu_tanh"):
+        load_hf_gpt2(theirs, gpt_config_from_hf(theirs.config, activation="gelu"))
+    with pytest.raises(ValueError, match="would get shape"):
+        load_hf_gpt2(theirs, gpt_config_from_hf(theirs.config, d_ff=20))
+    with pytest.raises(ValueError, match="lacks"):
+        load_hf_gpt2(theirs, gpt_config_from_hf(theirs.config, n_layers=3))
+    with pytest.raises(ValueError, match="does not exist"):
+        load_hf_gpt2(theirs, gpt_config_from_hf(theirs.config, n_layers=1))
+    with pytest.raises(ValueError, match="activation_function"):
+        gpt_config_from_hf(transformers.GPT2Config(activation_function="relu"))

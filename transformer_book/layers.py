@@ -23,7 +23,12 @@ from transformer_book.attention import KVCache, MultiHeadAttention
 
 __all__ = ["LayerNorm", "PositionwiseFeedForward", "EncoderLayer", "DecoderLayer"]
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    # GPT-2's "gelu_new": the tanh approximation of GELU, needed to reproduce its checkpoints exactly
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 def _check_positive_int(owner: str, **values: int) -> None:

@@ -1,11 +1,15 @@
 r"""Real pretrained checkpoints in the book's own models (chapter 15): Hugging Face ``transformers``
-BERT weights loaded into :class:`~transformer_book.models.BERT` by name mapping.
+BERT and GPT-2 weights loaded into :class:`~transformer_book.models.BERT` and
+:class:`~transformer_book.models.GPT` by name mapping.
 
 The book's BERT has the same pieces as ``transformers``' ``BertForPreTraining`` under other names,
 so a checkpoint is a renaming away: ``bert.encoder.layer.3.attention.self.query.weight`` is
 ``encoder.layers.3.self_attn.w_q.weight``, ``...attention.output.LayerNorm.weight`` is
 ``...norm1.gamma``, and so on (:func:`bert_parameter_names` lists every pair). Nothing is
-transposed: both store ``nn.Linear`` weights as ``(out, in)``.
+transposed: both store ``nn.Linear`` weights as ``(out, in)``. GPT-2 needs two more steps: its
+``Conv1D`` layers store ``(in, out)`` (transposed here), and one ``c_attn`` matrix holds
+:math:`W^Q, W^K, W^V` side by side (split here); its GELU is the tanh approximation
+(``activation="gelu_tanh"``).
 
 ``transformers`` is an optional dependency (``pip install transformer-book[pretrained]``); the
 functions here accept a model object or a plain state dict, so only the caller needs it.
@@ -19,8 +23,9 @@ import torch
 from torch import nn
 
 from transformer_book.models.bert import BERT, BERTConfig
+from transformer_book.models.gpt import GPT, GPTConfig
 
-__all__ = ["bert_config_from_hf", "bert_parameter_names", "load_hf_bert"]
+__all__ = ["bert_config_from_hf", "bert_parameter_names", "load_hf_bert", "gpt_config_from_hf", "load_hf_gpt2"]
 
 _LAYER = {
     "attention.self.query": "self_attn.w_q",
@@ -130,4 +135,85 @@ def load_hf_bert(source: nn.Module | dict[str, torch.Tensor], config: BERTConfig
             model.mlm_bias.copy_(state["cls.predictions.decoder.bias"])
         missing.remove("mlm_bias")
     model.missing_from_checkpoint = missing
+    return model
+
+
+def gpt_config_from_hf(hf_config: Any, **changes: Any) -> GPTConfig:
+    """The :class:`~transformer_book.models.GPTConfig` of a ``transformers.GPT2Config``.
+
+    Raises:
+        ValueError: a configuration the book's GPT cannot represent (another activation, scaled
+            or re-ordered attention, a LayerNorm epsilon other than 1e-5).
+    """
+    for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "activation_function"):
+        if not hasattr(hf_config, name):
+            raise ValueError(f"gpt_config_from_hf: the configuration has no {name!r}; is it a GPT2Config?")
+    if hf_config.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise ValueError(f"gpt_config_from_hf: activation_function {hf_config.activation_function!r}; the mapping "
+                         "supports GPT-2's tanh GELU ('gelu_new')")
+    if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False) or getattr(hf_config, "reorder_and_upcast_attn", False):
+        raise ValueError("gpt_config_from_hf: scale_attn_by_inverse_layer_idx and reorder_and_upcast_attn are not supported")
+    if getattr(hf_config, "layer_norm_epsilon", 1e-5) != 1e-5:
+        raise ValueError(f"gpt_config_from_hf: layer_norm_epsilon {hf_config.layer_norm_epsilon}; the book's GPT uses 1e-5")
+    values = dict(vocab_size=hf_config.vocab_size, context=hf_config.n_positions, d_model=hf_config.n_embd,
+                  n_heads=hf_config.n_head, n_layers=hf_config.n_layer, d_ff=hf_config.n_inner,
+                  dropout=hf_config.resid_pdrop, activation="gelu_tanh", tie_output=True)
+    return GPTConfig(**{**values, **changes})
+
+
+def load_hf_gpt2(source: nn.Module | dict[str, torch.Tensor], config: GPTConfig) -> GPT:
+    """A :class:`~transformer_book.models.GPT` holding the weights of a ``transformers``
+    ``GPT2LMHeadModel`` or ``GPT2Model`` (a model, or its ``state_dict``).
+
+    Raises:
+        ValueError: ``config`` without ``activation="gelu_tanh"`` or with an untied output, a
+            tensor whose shape does not match, or names the mapping does not know.
+    """
+    if not isinstance(config, GPTConfig):
+        raise ValueError(f"load_hf_gpt2: config must be a GPTConfig, got {type(config).__name__}")
+    if config.activation != "gelu_tanh" or not config.tie_output:
+        raise ValueError("load_hf_gpt2: GPT-2 needs activation='gelu_tanh' and tie_output=True (see gpt_config_from_hf)")
+    state = source.state_dict() if isinstance(source, nn.Module) else dict(source)
+    if state and not any(k.startswith("transformer.") for k in state):  # a GPT2Model's own names
+        state = {f"transformer.{k}": v for k, v in state.items()}
+    d = config.d_model
+    pieces: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name in ("lm_head.weight",) or name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue  # the output matrix is the embedding; the causal-mask buffers of old checkpoints
+        parts = name.split(".")
+        if name == "transformer.wte.weight":
+            pieces["embedding.weight"] = tensor
+        elif name == "transformer.wpe.weight":
+            pieces["positional.embedding.weight"] = tensor
+        elif name in ("transformer.ln_f.weight", "transformer.ln_f.bias"):
+            pieces[f"blocks.norm.{'gamma' if parts[-1] == 'weight' else 'beta'}"] = tensor
+        elif parts[:2] == ["transformer", "h"] and len(parts) == 5 and parts[3] in ("ln_1", "ln_2"):
+            norm = "norm1" if parts[3] == "ln_1" else "norm2"
+            pieces[f"blocks.layers.{parts[2]}.{norm}.{'gamma' if parts[4] == 'weight' else 'beta'}"] = tensor
+        elif parts[:2] == ["transformer", "h"] and len(parts) == 6:
+            ours, module, kind = f"blocks.layers.{parts[2]}.", f"{parts[3]}.{parts[4]}", parts[5]
+            if module == "attn.c_attn":
+                for letter, chunk in zip("qkv", tensor.split(d, dim=-1)):
+                    pieces[f"{ours}self_attn.w_{letter}.{kind}"] = chunk.t() if kind == "weight" else chunk
+            elif module in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+                target = {"attn.c_proj": "self_attn.w_o", "mlp.c_fc": "ffn.linear1", "mlp.c_proj": "ffn.linear2"}[module]
+                pieces[f"{ours}{target}.{kind}"] = tensor.t() if kind == "weight" else tensor
+            else:
+                raise ValueError(f"load_hf_gpt2: the mapping does not know {name!r}")
+        else:
+            raise ValueError(f"load_hf_gpt2: the mapping does not know {name!r}")
+    model = GPT(config)
+    ours_state = model.state_dict()
+    missing = sorted(set(ours_state) - set(pieces) - {"output.weight"})
+    if missing:
+        raise ValueError(f"load_hf_gpt2: the checkpoint lacks {len(missing)} weights, e.g. {missing[:3]}")
+    with torch.no_grad():
+        for name, tensor in pieces.items():
+            if name not in ours_state:
+                raise ValueError(f"load_hf_gpt2: {name} does not exist in a GPT with {config.n_layers} layers")
+            if tuple(tensor.shape) != tuple(ours_state[name].shape):
+                raise ValueError(f"load_hf_gpt2: {name} would get shape {tuple(tensor.shape)}, the model has "
+                                 f"{tuple(ours_state[name].shape)}")
+            ours_state[name].copy_(tensor)
     return model

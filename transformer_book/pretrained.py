@@ -1,6 +1,6 @@
 r"""Real pretrained checkpoints in the book's own models (chapter 15): Hugging Face ``transformers``
-BERT and GPT-2 weights loaded into :class:`~transformer_book.models.BERT` and
-:class:`~transformer_book.models.GPT` by name mapping.
+BERT and GPT-2 weights loaded into :class:`~transformer_book.models.bert.BERT` and
+:class:`~transformer_book.models.gpt.GPT` by name mapping.
 
 The book's BERT has the same pieces as ``transformers``' ``BertForPreTraining`` under other names,
 so a checkpoint is a renaming away: ``bert.encoder.layer.3.attention.self.query.weight`` is
@@ -39,7 +39,7 @@ _LAYER_NORMS = {"attention.output.LayerNorm": "norm1", "output.LayerNorm": "norm
 
 
 def bert_config_from_hf(hf_config: Any, **changes: Any) -> BERTConfig:
-    """The :class:`~transformer_book.models.BERTConfig` of a ``transformers.BertConfig``.
+    """The :class:`~transformer_book.models.bert.BERTConfig` of a ``transformers.BertConfig``.
 
     Raises:
         ValueError: a configuration the book's BERT cannot represent (an activation other than
@@ -92,7 +92,7 @@ def bert_parameter_names(n_layers: int) -> dict[str, str]:
 
 
 def load_hf_bert(source: nn.Module | dict[str, torch.Tensor], config: BERTConfig) -> BERT:
-    """A :class:`~transformer_book.models.BERT` holding the weights of a ``transformers``
+    """A :class:`~transformer_book.models.bert.BERT` holding the weights of a ``transformers``
     ``BertForPreTraining`` (a model, or its ``state_dict``).
 
     A state dict of ``BertModel`` or ``BertForMaskedLM`` (no ``bert.`` prefix, or no NSP head)
@@ -139,7 +139,7 @@ def load_hf_bert(source: nn.Module | dict[str, torch.Tensor], config: BERTConfig
 
 
 def gpt_config_from_hf(hf_config: Any, **changes: Any) -> GPTConfig:
-    """The :class:`~transformer_book.models.GPTConfig` of a ``transformers.GPT2Config``.
+    """The :class:`~transformer_book.models.gpt.GPTConfig` of a ``transformers.GPT2Config``.
 
     Raises:
         ValueError: a configuration the book's GPT cannot represent (another activation, scaled
@@ -162,7 +162,7 @@ def gpt_config_from_hf(hf_config: Any, **changes: Any) -> GPTConfig:
 
 
 def load_hf_gpt2(source: nn.Module | dict[str, torch.Tensor], config: GPTConfig) -> GPT:
-    """A :class:`~transformer_book.models.GPT` holding the weights of a ``transformers``
+    """A :class:`~transformer_book.models.gpt.GPT` holding the weights of a ``transformers``
     ``GPT2LMHeadModel`` or ``GPT2Model`` (a model, or its ``state_dict``).
 
     Raises:

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from transformer_book.subword import _check_text
+from transformer_book.subword import _check_ids, _check_text
 
 __all__ = [
     "WordPieceTokenizer", "SPECIAL_TOKENS", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID",
@@ -292,14 +292,7 @@ class WordPieceTokenizer:
         return sum(ids.count(UNK_ID) for ids in encoded) / total if total else 0.0
 
     def _check_ids(self, ids: Iterable[int], where: str) -> list[int]:
-        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        if values and isinstance(values[0], list):
-            raise ValueError(f"WordPieceTokenizer.{where}: expected one sequence of ids, got a nested one")
-        size = len(self)
-        bad = [i for i in values if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < size]
-        if bad:
-            raise ValueError(f"WordPieceTokenizer.{where}: ids {bad[:5]} are outside the vocabulary [0, {size})")
-        return [int(i) for i in values]
+        return _check_ids(ids, len(self), f"WordPieceTokenizer.{where}", kinds=numbers.Integral)
 
     def __repr__(self) -> str:
         return f"WordPieceTokenizer({len(self)} pieces, uncased)"

@@ -17,16 +17,21 @@ from transformer_book.pretrained import (
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def hf_bert(**changes):
-    config = transformers.BertConfig(**{**dict(vocab_size=60, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
-                                               intermediate_size=40, max_position_embeddings=32), **changes})
+def seeded(model_class, config):
+    """A seeded model in eval mode with non-trivial LayerNorms and biases, so that the checks cover them."""
     torch.manual_seed(0)
-    model = transformers.BertForPreTraining(config).eval()
-    with torch.no_grad():  # non-trivial LayerNorms and biases, so that the check covers them
-        for name, p in model.named_parameters():
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p), alpha=0.1)
     return model
+
+
+def hf_bert(**changes):
+    config = transformers.BertConfig(**{**dict(vocab_size=60, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
+                                               intermediate_size=40, max_position_embeddings=32), **changes})
+    return seeded(transformers.BertForPreTraining, config)
 
 
 def batch():
@@ -93,13 +98,7 @@ def test_mismatches_are_named():
 def hf_gpt2(**changes):
     config = transformers.GPT2Config(**{**dict(vocab_size=50, n_positions=16, n_embd=12, n_layer=2, n_head=3,
                                                bos_token_id=0, eos_token_id=0), **changes})
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn_like(p), alpha=0.1)
-    return model
+    return seeded(transformers.GPT2LMHeadModel, config)
 
 
 def test_random_gpt2_matches_transformers_to_1e5():

@@ -394,3 +394,23 @@ def test_load_model_rejects_other_files(tmp_path):
         load_model(tmp_path / "truncated.pt")
     with pytest.raises(ValueError, match="can save"):
         save_model(tmp_path / "x.pt", nn.Linear(2, 2))
+
+
+def test_save_and_load_bert_with_its_wordpiece_tokenizer(tmp_path):
+    from transformer_book.models import BERT, BERTConfig
+    from transformer_book.training import load_model, save_model
+    from transformer_book.wordpiece import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.train(["the dog runs in the park", "a cat sleeps in the house"] * 5, vocab_size=60)
+    torch.manual_seed(0)
+    model = BERT(BERTConfig(len(tokenizer), max_len=16, d_model=16, n_heads=2, n_layers=1)).eval()
+    path = save_model(tmp_path / "bert.pt", model, tokenizer=tokenizer, metadata={"mlm_loss": 5.5})
+    loaded, loaded_tokenizer, metadata = load_model(path)
+    assert type(loaded) is BERT and loaded.config == model.config and metadata == {"mlm_loss": 5.5}
+    assert isinstance(loaded_tokenizer, WordPieceTokenizer) and loaded_tokenizer.vocab() == tokenizer.vocab()
+    tokens = torch.tensor([tokenizer.encode("the cat runs")])
+    with torch.no_grad():
+        for got, want in zip(loaded(tokens), model(tokens)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="tokenizer must be"):
+        save_model(tmp_path / "x.pt", model, tokenizer="not a tokenizer")

@@ -1,5 +1,6 @@
 r"""Translation metrics (chapter 7): corpus BLEU and chrF through sacrebleu, and BLEU by
-source length.
+source length; the diversity of generated text (chapter 8); exact match and F1 of extracted
+answer spans (chapter 14).
 
 BLEU and chrF scores are computed on *detokenised* text with sacrebleu's
 standard tokeniser, so that the numbers are comparable with published ones:
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap", "distinct_n"]
+__all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap", "distinct_n", "span_scores"]
 
 
 def _check_pair(hypotheses: Sequence[str], references: Sequence[str], where: str) -> None:
@@ -151,3 +152,39 @@ def distinct_n(sentences: Sequence[str], n: int) -> float:
     if not grams:
         raise ValueError(f"distinct_n: the sentences hold no {n}-gram")
     return len(set(grams)) / len(grams)
+
+
+def _answer_words(text: str) -> list[str]:
+    text = "".join(c if c.isalnum() or c.isspace() else " " for c in text.lower())
+    return [w for w in text.split() if w not in ("a", "an", "the")]
+
+
+def span_scores(predictions: Sequence[str], answers: Sequence[str]) -> dict[str, float]:
+    r"""Exact match and F1 of predicted answers, in percent, as SQuAD scores them (Rajpurkar et
+    al., 2016): both texts are lower-cased, punctuation and the articles *a*, *an*, *the* removed,
+    and split at spaces; exact match asks for the same words, F1 is the harmonic mean of the
+    precision and recall of the shared words (counted with multiplicity),
+
+    .. math:: F_1 = \frac{2 P R}{P + R}, \qquad P = \frac{|p \cap g|}{|p|}, \quad R = \frac{|p \cap g|}{|g|},
+
+    averaged over the questions (one answer each). Two texts left empty count as a match.
+
+    Returns:
+        ``{"exact_match", "f1"}``.
+
+    Raises:
+        ValueError: sequences of different lengths, non-strings, or no question.
+    """
+    _check_pair(predictions, answers, "span_scores")
+    exact = f1 = 0.0
+    for prediction, answer in zip(predictions, answers):
+        p, g = _answer_words(prediction), _answer_words(answer)
+        exact += p == g
+        if not p or not g:
+            f1 += float(p == g)
+            continue
+        common = sum(min(p.count(w), g.count(w)) for w in set(p))
+        if common:
+            precision, recall = common / len(p), common / len(g)
+            f1 += 2 * precision * recall / (precision + recall)
+    return {"exact_match": 100 * exact / len(answers), "f1": 100 * f1 / len(answers)}

@@ -39,9 +39,10 @@ from torch.optim.lr_scheduler import LambdaLR
 # unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
 from tqdm.std import tqdm
 
-from transformer_book.models import RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
+from transformer_book.models import BERT, BERTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
 from transformer_book.runtime import seed_everything
 from transformer_book.subword import SubwordTokenizer
+from transformer_book.wordpiece import WordPieceTokenizer
 
 __all__ = [
     "label_smoothed_cross_entropy",
@@ -549,14 +550,15 @@ def fit(
 
 MODEL_FORMAT_VERSION = 1
 """Format version of the files :func:`save_model` writes."""
-_SAVABLE = {"Transformer": (Transformer, TransformerConfig), "RNNSeq2Seq": (RNNSeq2Seq, RNNSeq2SeqConfig)}
+_SAVABLE = {"Transformer": (Transformer, TransformerConfig), "RNNSeq2Seq": (RNNSeq2Seq, RNNSeq2SeqConfig),
+            "BERT": (BERT, BERTConfig)}
 
 
 def save_model(
     path: str | os.PathLike[str],
     model: nn.Module,
     *,
-    tokenizer: SubwordTokenizer | None = None,
+    tokenizer: SubwordTokenizer | WordPieceTokenizer | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Path:
     """Write a trained model so that :func:`load_model` rebuilds it: its class, its config, its
@@ -565,22 +567,32 @@ def save_model(
     checkpoints, so a crash never leaves a truncated file.
 
     Raises:
-        ValueError: a model of a class the package cannot rebuild (see ``_SAVABLE``).
+        ValueError: a model of a class the package cannot rebuild (see ``_SAVABLE``), or a
+            tokenizer that is neither a ``SubwordTokenizer`` nor a ``WordPieceTokenizer``.
     """
     name = type(model).__name__
     if name not in _SAVABLE or not isinstance(model, _SAVABLE[name][0]):
         raise ValueError(f"save_model: can save {sorted(_SAVABLE)}, not {type(model).__qualname__}")
+    if isinstance(tokenizer, SubwordTokenizer):
+        stored, kind = tokenizer.to_bytes(), "sentencepiece"
+    elif isinstance(tokenizer, WordPieceTokenizer):
+        stored, kind = tokenizer.to_str(), "wordpiece"
+    elif tokenizer is None:
+        stored, kind = None, None
+    else:
+        raise ValueError(f"save_model: tokenizer must be a SubwordTokenizer or a WordPieceTokenizer, "
+                         f"not {type(tokenizer).__qualname__}")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     _save_atomic({
         "format_version": MODEL_FORMAT_VERSION, "class": name, "config": asdict(model.config), "model": state,
-        "tokenizer": tokenizer.to_bytes() if tokenizer is not None else None, "metadata": dict(metadata or {}),
+        "tokenizer": stored, "tokenizer_kind": kind, "metadata": dict(metadata or {}),
     }, str(path))
     return Path(path)
 
 
 def load_model(
     path: str | os.PathLike[str], *, device: torch.device | str = "cpu"
-) -> tuple[nn.Module, SubwordTokenizer | None, dict[str, Any]]:
+) -> tuple[nn.Module, SubwordTokenizer | WordPieceTokenizer | None, dict[str, Any]]:
     """Rebuild a model written by :func:`save_model`: ``(model in eval mode, tokenizer or None, metadata)``.
 
     Only tensors and plain values are unpickled (``torch.load(weights_only=True)``).
@@ -603,5 +615,11 @@ def load_model(
     model = model_class(config_class(**saved["config"]))
     _check_model_matches(model, saved["model"], str(path), where="load_model")
     model.load_state_dict(saved["model"])
-    tokenizer = SubwordTokenizer(saved["tokenizer"]) if saved.get("tokenizer") is not None else None
+    stored = saved.get("tokenizer")
+    if stored is None:
+        tokenizer = None
+    elif saved.get("tokenizer_kind", "sentencepiece") == "wordpiece":
+        tokenizer = WordPieceTokenizer.from_str(stored)
+    else:
+        tokenizer = SubwordTokenizer(stored)
     return model.to(device).eval(), tokenizer, dict(saved.get("metadata") or {})

@@ -1,0 +1,381 @@
+"""Fine-tuning data for chapter 14: four tasks with labels that come from real text, and the
+batches the heads of :mod:`transformer_book.models.finetuning` read.
+
+* **single sentence** (:func:`sst2_examples`): SST-2's sentiment labels;
+* **sentence pair** (:func:`sentence_order_pairs`, :func:`pair_examples`): *sentence order*:
+  two consecutive sentences of an article, as written or swapped (ALBERT's sentence-order
+  prediction, Lan et al., 2020), which no model of one sentence at a time can solve;
+* **tagging** (:func:`case_restoration_examples`): the case of every word of a lower-cased
+  sentence (:data:`CASE_TAGS`), labels read off the original text;
+* **span** (:func:`cloze_span_examples`): a sentence of an article with a name or a year hidden
+  behind ``[MASK]``, and a passage of *other* sentences of the same article that contains it:
+  the answer is its span in the passage. This is the cloze construction of reading-comprehension
+  corpora from news (Hermann et al., 2015), built from WikiText-2 articles.
+
+Every example is an :class:`Example` of ids that start with ``[CLS]``; :class:`FineTuningBatches`
+pads them into :class:`FineTuningBatch` es addressable by
+training step, as :func:`~transformer_book.training.fit` needs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from transformer_book.data.pretraining import IGNORE_INDEX, _check_max_len, encode_pair
+from transformer_book.data.sst2 import load_sst2
+from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+
+__all__ = [
+    "FineTuningBatch", "Example", "encode_sentence", "sst2_examples", "sentence_order_pairs", "pair_examples", "CASE_TAGS", "case_tag",
+    "case_restoration_examples", "entity_spans", "SpanExample", "cloze_span_examples", "FineTuningBatches",
+]
+
+
+class FineTuningBatch(NamedTuple):
+    """One batch for a fine-tuning head of :mod:`transformer_book.models.finetuning`, padded on
+    the right with ``[PAD]``.
+
+    ``tokens`` and ``segments`` ``(B, n)`` int64 as BERT reads them. ``targets``:
+    ``(B,)`` class ids for a sentence or pair classifier; ``(B, n)`` tag ids for a tagger,
+    ``IGNORE_INDEX`` where no tag is scored (specials, padding, pieces that continue a word);
+    ``(B, 2)`` start and end positions (end inclusive) for a span extractor. ``allowed``
+    ``(B, n)`` bool: where a span may start or end (the passage's pieces); all ``False`` for
+    the other tasks.
+    """
+
+    tokens: torch.Tensor
+    segments: torch.Tensor
+    targets: torch.Tensor
+    allowed: torch.Tensor
+
+
+class Example(NamedTuple):
+    """One encoded example: ``tokens`` (``[CLS] ... [SEP]`` ids), ``segments`` (as many ids,
+    0 or 1), ``target`` (a class id; a tag id or ``IGNORE_INDEX`` per token; or the
+    ``(start, end)`` positions of a span, end inclusive) and ``allowed`` (per token, where a
+    span may lie; ``None`` for the tasks that have no span)."""
+
+    tokens: list[int]
+    segments: list[int]
+    target: Any
+    allowed: list[bool] | None = None
+
+
+def encode_sentence(tokenizer, text: str, max_len: int) -> list[int]:  # noqa: ANN001
+    """``[CLS] text [SEP]`` as ids, the text's pieces cut to ``max_len - 2``.
+
+    Raises:
+        ValueError: ``max_len`` below 5, or a text that encodes to no piece.
+    """
+    _check_max_len(max_len, "encode_sentence")
+    ids = list(tokenizer.encode(text))
+    if not ids:
+        raise ValueError(f"encode_sentence: {text!r} encodes to no piece")
+    return [CLS_ID, *ids[: max_len - 2], SEP_ID]
+
+
+def sst2_examples(tokenizer, split: str, max_len: int, *, download: bool = True) -> list[Example]:  # noqa: ANN001
+    """SST-2's ``split`` (``"train"`` or ``"dev"``) as single-sentence examples whose target is
+    the label (1 positive, 0 negative); see :func:`~transformer_book.data.load_sst2`."""
+    rows = load_sst2(split, download=download)
+    return [Example(ids, [0] * len(ids), label) for ids, (_, label) in
+            zip((encode_sentence(tokenizer, text, max_len) for text, _ in rows), rows)]
+
+
+def sentence_order_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0) -> list[tuple[str, str, int]]:
+    """Sentence-order pairs ``(a, b, label)`` from articles: sentences ``2k`` and ``2k + 1`` of
+    every article (so that no sentence is in two pairs), as written (label 1) or swapped (label
+    0), each with probability 1/2 from a generator seeded with ``seed``.
+
+    Raises:
+        ValueError: ``documents`` yields no pair (every article has fewer than two sentences).
+    """
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for document in documents:
+        for k in range(0, len(document) - 1, 2):
+            a, b = document[k], document[k + 1]
+            pairs.append((a, b, 1) if rng.random() < 0.5 else (b, a, 0))
+    if not pairs:
+        raise ValueError("sentence_order_pairs: no article has two sentences")
+    return pairs
+
+
+def pair_examples(tokenizer, pairs: Sequence[tuple[str, str, int]], max_len: int) -> list[Example]:  # noqa: ANN001
+    """Pairs ``(a, b, label)`` as ``[CLS] a [SEP] b [SEP]`` examples, laid out and truncated as
+    in pretraining (:func:`~transformer_book.data.pretraining.encode_pair`)."""
+    examples = []
+    for a, b, label in pairs:
+        ids, segments = encode_pair(tokenizer, a, b, max_len)
+        examples.append(Example(ids, segments, int(label)))
+    return examples
+
+
+CASE_TAGS = ("lower", "Capitalised", "UPPER", "MiXed")
+"""The tags of case restoration: all lower case, first letter upper and the rest lower, every
+letter upper (two letters at least), anything else (``McCartney``, ``iPhone``)."""
+
+
+def case_tag(word: str) -> int | None:
+    """The index in :data:`CASE_TAGS` of a word's case, or ``None`` for a word without letters
+    (punctuation, numbers), which is not tagged; one upper-case letter alone counts as Capitalised."""
+    letters = [c for c in word if c.isalpha()]
+    if not letters:
+        return None
+    if all(c.islower() for c in letters):
+        return 0
+    if letters[0].isupper() and all(c.islower() for c in letters[1:]):
+        return 1
+    if all(c.isupper() for c in letters):
+        return 2
+    return 3
+
+
+def _word_pieces(tokenizer, words: Sequence[str]) -> list[list[int]]:  # noqa: ANN001
+    return [list(ids) for ids in tokenizer.encode_batch(list(words))] if words else []
+
+
+def case_restoration_examples(tokenizer, sentences: Sequence[str], max_len: int) -> list[Example]:  # noqa: ANN001
+    """Case restoration as tagging: each sentence (words separated by spaces) is read lower-cased
+    and every word's first piece is tagged with the case the word had (:func:`case_tag`); the
+    pieces that continue a word, words without letters, ``[UNK]`` and the specials get
+    ``IGNORE_INDEX``. Words that do not fit in ``max_len - 2`` pieces are cut; a sentence left
+    with no tagged word is skipped.
+    """
+    _check_max_len(max_len, "case_restoration_examples")
+    examples = []
+    for sentence in sentences:
+        words = [w for w in sentence.split() if w != "[UNK]"]
+        tokens, targets = [CLS_ID], [IGNORE_INDEX]
+        for word, pieces in zip(words, _word_pieces(tokenizer, [w.lower() for w in words])):
+            if len(tokens) + len(pieces) > max_len - 1:
+                break
+            if not pieces:
+                continue
+            tag = case_tag(word)
+            tokens.extend(pieces)
+            targets.extend([IGNORE_INDEX if tag is None else tag] + [IGNORE_INDEX] * (len(pieces) - 1))
+        if any(t != IGNORE_INDEX for t in targets):
+            examples.append(Example(tokens + [SEP_ID], [0] * (len(tokens) + 1), targets + [IGNORE_INDEX]))
+    return examples
+
+
+_NAME_WORD = re.compile(r"[A-Z][A-Za-z]*\Z")
+_YEAR = re.compile(r"1[0-9]{3}\Z|20[0-9]{2}\Z")
+
+
+def entity_spans(words: Sequence[str], *, max_words: int = 3) -> list[tuple[int, int]]:
+    """The names and years of a tokenised sentence, as word ranges ``[i, j)``: maximal runs of
+    capitalised words (letters only) that do not start the sentence, at most ``max_words``
+    long (longer runs are skipped), and four-digit years from 1000 to 2099."""
+    spans, i = [], 1 if words else 0
+    while i < len(words):
+        if _YEAR.match(words[i]):
+            spans.append((i, i + 1))
+            i += 1
+        elif _NAME_WORD.match(words[i]):
+            j = i
+            while j < len(words) and _NAME_WORD.match(words[j]):
+                j += 1
+            if j - i <= max_words:
+                spans.append((i, j))
+            i = j
+        else:
+            i += 1
+    return spans
+
+
+class SpanExample(NamedTuple):
+    """A cloze question: the encoded :class:`Example` (``[CLS] question [SEP] passage [SEP]``,
+    target the answer's first occurrence in the passage), the ``answer`` as words, the
+    ``question`` with ``[MASK]``, the ``passage``, and ``candidates``: every name and year of
+    the passage (:func:`entity_spans`), for baselines that choose among them."""
+
+    example: Example
+    answer: str
+    question: str
+    passage: str
+    candidates: list[str]
+
+
+def _find(words: Sequence[str], target: Sequence[str]) -> int:
+    n = len(target)
+    return next((i for i in range(len(words) - n + 1) if list(words[i:i + n]) == list(target)), -1)
+
+
+def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: int, *,  # noqa: ANN001
+                        question_pieces: int = 40, per_passage: int = 2, seed: int = 0) -> list[SpanExample]:
+    """Extractive cloze questions from articles.
+
+    Each article is cut into passages of consecutive sentences of at most ``max_len - 3 -
+    question_pieces`` pieces. For each passage, the questions are the article's *other*
+    sentences (of at most ``question_pieces`` pieces, ``[MASK]`` included) that hold a name or a
+    year (:func:`entity_spans`) that the passage holds too. One such entity is replaced by a single
+    ``[MASK]``; the answer is its first occurrence in the passage, as a span of pieces. At most
+    ``per_passage`` questions per passage are kept, drawn with a generator seeded with ``seed``,
+    each question sentence at most once per passage.
+
+    Raises:
+        ValueError: ``max_len`` leaves no room for a passage.
+    """
+    _check_max_len(max_len, "cloze_span_examples")
+    passage_budget = max_len - 3 - question_pieces
+    if passage_budget < 8:
+        raise ValueError(f"cloze_span_examples: max_len={max_len} leaves {passage_budget} pieces for a passage "
+                         f"after a question of {question_pieces}; at least 8 are needed")
+    rng = np.random.default_rng(seed)
+    out: list[SpanExample] = []
+    for document in documents:
+        sentence_words = [s.split() for s in document]
+        pieces = [_word_pieces(tokenizer, words) for words in sentence_words]     # "[UNK]" stays one [UNK]
+        lengths = [sum(len(p) for p in ps) for ps in pieces]
+        passages, current, size = [], [], 0
+        for k, n in enumerate(lengths):
+            if n > passage_budget:
+                if current:
+                    passages.append(current)
+                current, size = [], 0
+                continue
+            if size + n > passage_budget and current:
+                passages.append(current)
+                current, size = [], 0
+            current.append(k)
+            size += n
+        if current:
+            passages.append(current)
+        for passage in passages:
+            inside = set(passage)
+            p_words = [w for k in passage for w in sentence_words[k]]
+            p_pieces = [p for k in passage for p in pieces[k]]
+            candidates = []
+            for k in passage:
+                candidates += [" ".join(sentence_words[k][i:j]) for i, j in entity_spans(sentence_words[k])]
+            found = set(candidates)
+            options = []
+            for q in range(len(document)):
+                if q in inside:
+                    continue
+                for i, j in entity_spans(sentence_words[q]):
+                    answer = " ".join(sentence_words[q][i:j])
+                    if answer in found:
+                        options.append((q, i, j))
+            if not options:
+                continue
+            chosen, used = [], set()
+            for index in rng.permutation(len(options)):
+                q, i, j = options[index]
+                if q in used:
+                    continue
+                q_pieces = [*(p for ps in pieces[q][:i] for p in ps), MASK_ID, *(p for ps in pieces[q][j:] for p in ps)]
+                if len(q_pieces) > question_pieces:
+                    continue
+                used.add(q)
+                chosen.append((q, i, j, q_pieces))
+                if len(chosen) == per_passage:
+                    break
+            for q, i, j, q_pieces in chosen:
+                answer_words = sentence_words[q][i:j]
+                at = _find(p_words, answer_words)
+                first = 2 + len(q_pieces) + sum(len(p) for p in p_pieces[:at])
+                last = first + sum(len(p) for p in p_pieces[at:at + len(answer_words)]) - 1
+                flat = [x for p in p_pieces for x in p]
+                tokens = [CLS_ID, *q_pieces, SEP_ID, *flat, SEP_ID]
+                segments = [0] * (len(q_pieces) + 2) + [1] * (len(flat) + 1)
+                allowed = [False] * (len(q_pieces) + 2) + [True] * len(flat) + [False]
+                question = " ".join([*sentence_words[q][:i], "[MASK]", *sentence_words[q][j:]])
+                out.append(SpanExample(Example(tokens, segments, (first, last), allowed), " ".join(answer_words),
+                                       question, " ".join(p_words), candidates))
+    return out
+
+
+class FineTuningBatches:
+    """Padded batches of :class:`Example` s, addressable by training step.
+
+    Epoch ``e`` visits the examples in an order drawn from ``(seed, e)`` (their own order with
+    ``shuffle=False``), ``batch_size`` at a time (the last batch of an epoch may be smaller);
+    ``batches(step)`` is the batch of global step ``step``, a pure function of the step, so that
+    :func:`~transformer_book.training.fit` resumes exactly. Each batch is padded with ``[PAD]``
+    (segment 0, target ``IGNORE_INDEX``, not allowed) to its own longest example. Iterating
+    gives one epoch in order.
+
+    Raises:
+        ValueError: no examples, a ``batch_size`` that is not a positive int, examples whose
+            fields differ in length, or targets of different kinds.
+    """
+
+    def __init__(self, examples: Sequence[Example], batch_size: int, *, seed: int = 0, shuffle: bool = True) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"FineTuningBatches: batch_size must be a positive int, got {batch_size!r}")
+        if len(examples) == 0:
+            raise ValueError("FineTuningBatches: no examples")
+        kinds = {self._kind(e.target) for e in examples}
+        if len(kinds) != 1:
+            raise ValueError(f"FineTuningBatches: examples mix targets of kinds {sorted(kinds)}")
+        self.kind = kinds.pop()
+        for index, e in enumerate(examples):
+            sizes = {len(e.tokens), len(e.segments)} | ({len(e.target)} if self.kind == "tags" else set()) \
+                | ({len(e.allowed)} if e.allowed is not None else set())
+            if len(sizes) != 1:
+                raise ValueError(f"FineTuningBatches: example {index} has fields of lengths {sorted(sizes)}")
+        self.examples, self.batch_size, self.seed, self.shuffle = list(examples), batch_size, seed, shuffle
+
+    @staticmethod
+    def _kind(target: Any) -> str:
+        if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+            return "class"
+        if isinstance(target, tuple) and len(target) == 2:
+            return "span"
+        if isinstance(target, list):
+            return "tags"
+        raise ValueError(f"FineTuningBatches: a target must be an int, a list of tags or a (start, end) tuple, "
+                         f"got {target!r}")
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return -(-len(self.examples) // self.batch_size)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The order in which epoch ``epoch`` visits the examples."""
+        if not self.shuffle:
+            return np.arange(len(self.examples))
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+
+    def collate(self, indices: Sequence[int]) -> FineTuningBatch:
+        """The padded batch of the examples at ``indices``."""
+        chosen = [self.examples[int(i)] for i in indices]
+        n = max(len(e.tokens) for e in chosen)
+        B = len(chosen)
+        tokens = torch.full((B, n), PAD_ID, dtype=torch.long)
+        segments = torch.zeros((B, n), dtype=torch.long)
+        allowed = torch.zeros((B, n), dtype=torch.bool)
+        tags = torch.full((B, n), IGNORE_INDEX, dtype=torch.long)
+        for b, e in enumerate(chosen):
+            tokens[b, : len(e.tokens)] = torch.tensor(e.tokens)
+            segments[b, : len(e.segments)] = torch.tensor(e.segments)
+            if e.allowed is not None:
+                allowed[b, : len(e.allowed)] = torch.tensor(e.allowed)
+            if self.kind == "tags":
+                tags[b, : len(e.target)] = torch.tensor(e.target)
+        if self.kind == "class":
+            targets = torch.tensor([int(e.target) for e in chosen])
+        elif self.kind == "span":
+            targets = torch.tensor([list(e.target) for e in chosen])
+        else:
+            targets = tags
+        return FineTuningBatch(tokens, segments, targets, allowed)
+
+    def __call__(self, step: int) -> FineTuningBatch:
+        epoch, index = divmod(step, len(self))
+        return self.collate(self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size])
+
+    def __iter__(self) -> Iterator[FineTuningBatch]:
+        return (self(step) for step in range(len(self)))
+
+    def __repr__(self) -> str:
+        return (f"FineTuningBatches({len(self.examples):,} {self.kind} examples, batch_size={self.batch_size}, "
+                f"{len(self)} batches per epoch)")

@@ -1,0 +1,243 @@
+r"""Fine-tuning heads on a pretrained BERT for four task shapes (chapter 14).
+
+Each head is one new layer on top of the encoder's last hidden states :math:`H \in
+\mathbb{R}^{n \times d}`; all the weights below it start from pretraining.
+
+* one sentence or a pair of sentences, one label (:class:`SequenceClassifier`), from the
+  pooled ``[CLS]`` vector as in pretraining's next-sentence head:
+  :math:`P(y \mid x) = \operatorname{softmax}\bigl(\tanh(H_0 W_P + b_P)\, W_C + b_C\bigr)`;
+* one label per token (:class:`TokenTagger`):
+  :math:`P(y_t \mid x) = \operatorname{softmax}(H_t W_T + b_T)`;
+* an answer span in a passage (:class:`SpanExtractor`), a start and an end score per token,
+  :math:`s_t = H_t w_S + b_S` and :math:`e_t = H_t w_E + b_E`, trained with
+  :math:`-\tfrac12(\log \operatorname{softmax}(s)_{i^*} + \log \operatorname{softmax}(e)_{j^*})`,
+  and decoded as the best span :math:`\arg\max_{i \le j < i + L} s_i + e_j` (:func:`best_spans`).
+
+:func:`finetuning_loss` is the loss of each, in the form that
+:func:`~transformer_book.training.fit` takes; :func:`freeze_encoder` keeps all but the top
+layers fixed, to compare training the head alone with full fine-tuning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_book.data.finetuning import FineTuningBatch
+from transformer_book.data.pretraining import IGNORE_INDEX
+from transformer_book.models.bert import BERT
+
+__all__ = [
+    "SequenceClassifier", "TokenTagger", "SpanExtractor", "best_spans", "finetuning_loss",
+    "predict", "freeze_encoder", "trainable_parameters",
+]
+
+
+def _check_positive(value: Any, name: str, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
+
+
+def _check_bert(bert: Any, dropout: float, where: str) -> None:
+    """Check the arguments of a head, and fix the weights of BERT's pretraining outputs (the MLM
+    transform, its LayerNorm and bias, the NSP layer), which no head uses: they stay as
+    pretraining left them, and count as neither trainable nor trained."""
+    if not isinstance(bert, BERT):
+        raise ValueError(f"{where}: bert must be a BERT, got {type(bert).__name__}")
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{where}: dropout must be in [0, 1), got {dropout!r}")
+    for module in (bert.mlm_transform, bert.mlm_norm, bert.nsp):
+        module.requires_grad_(False)
+    bert.mlm_bias.requires_grad_(False)
+
+
+class SequenceClassifier(nn.Module):
+    r"""A label for a sentence or a sentence pair from the pooled ``[CLS]`` vector.
+
+    :math:`\text{logits} = \operatorname{dropout}(\tanh(H_0 W_P + b_P))\, W_C + b_C`, where
+    :math:`W_P, b_P` are the pretrained pooler (next-sentence prediction's) and ``classifier``
+    (:math:`W_C, b_C`) is new, initialised as BERT's weights. ``tokens`` and ``segments``
+    ``(B, n)`` -> logits ``(B, n_classes)``.
+    """
+
+    def __init__(self, bert: BERT, n_classes: int, *, dropout: float = 0.1) -> None:
+        super().__init__()
+        _check_bert(bert, dropout, "SequenceClassifier")
+        _check_positive(n_classes, "n_classes", "SequenceClassifier")
+        if n_classes < 2:
+            raise ValueError(f"SequenceClassifier: n_classes must be at least 2, got {n_classes}")
+        self.bert, self.dropout = bert, nn.Dropout(dropout)
+        self.classifier = nn.Linear(bert.config.d_model, n_classes)
+        nn.init.normal_(self.classifier.weight, std=0.02)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
+        hidden = self.bert.encode(tokens, segments)
+        return self.classifier(self.dropout(torch.tanh(self.bert.pooler(hidden[:, 0]))))
+
+
+class TokenTagger(nn.Module):
+    r"""A tag for every token: :math:`\text{logits}_t = \operatorname{dropout}(H_t)\, W_T + b_T`.
+
+    ``tokens`` and ``segments`` ``(B, n)`` -> logits ``(B, n, n_tags)``.
+    """
+
+    def __init__(self, bert: BERT, n_tags: int, *, dropout: float = 0.1) -> None:
+        super().__init__()
+        _check_bert(bert, dropout, "TokenTagger")
+        _check_positive(n_tags, "n_tags", "TokenTagger")
+        self.bert, self.dropout = bert, nn.Dropout(dropout)
+        self.tagger = nn.Linear(bert.config.d_model, n_tags)
+        nn.init.normal_(self.tagger.weight, std=0.02)
+        nn.init.zeros_(self.tagger.bias)
+
+    def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
+        return self.tagger(self.dropout(self.bert.encode(tokens, segments)))
+
+
+class SpanExtractor(nn.Module):
+    r"""Start and end scores for an answer span: :math:`s_t = H_t w_S + b_S`, :math:`e_t = H_t w_E + b_E`
+    (``span``, one ``nn.Linear(d_model, 2)``), set to :math:`-\infty` where ``allowed`` is
+    ``False`` so that an answer lies in the passage.
+
+    ``tokens``, ``segments`` ``(B, n)`` and ``allowed`` ``(B, n)`` bool (``None``: every
+    position) -> ``(start_logits, end_logits)``, each ``(B, n)``.
+    """
+
+    def __init__(self, bert: BERT) -> None:
+        super().__init__()
+        _check_bert(bert, 0.0, "SpanExtractor")
+        self.bert = bert
+        self.span = nn.Linear(bert.config.d_model, 2)
+        nn.init.normal_(self.span.weight, std=0.02)
+        nn.init.zeros_(self.span.bias)
+
+    def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None,
+                allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        start, end = self.span(self.bert.encode(tokens, segments)).unbind(-1)
+        if allowed is not None:
+            if allowed.dtype != torch.bool or allowed.shape != tokens.shape:
+                raise ValueError(f"SpanExtractor: allowed must be a bool tensor of the tokens' shape "
+                                 f"{tuple(tokens.shape)}, got {allowed.dtype} {tuple(allowed.shape)}")
+            if not allowed.any(dim=1).all():
+                raise ValueError("SpanExtractor: a row of allowed is all False (no position may hold the answer)")
+            start = start.masked_fill(~allowed, float("-inf"))
+            end = end.masked_fill(~allowed, float("-inf"))
+        return start, end
+
+
+def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length: int) -> torch.Tensor:
+    r"""The best span of each row, :math:`\arg\max_{i \le j < i + L}\, s_i + e_j` with
+    :math:`L` = ``max_length``: ``(B, n)`` scores -> ``(B, 2)`` int64 ``(start, end)``, end
+    inclusive. Positions scored :math:`-\infty` are never chosen while any finite span exists.
+
+    Raises:
+        ValueError: scores of different or non-2-D shapes, or ``max_length`` not a positive int.
+    """
+    _check_positive(max_length, "max_length", "best_spans")
+    if start_logits.dim() != 2 or start_logits.shape != end_logits.shape:
+        raise ValueError(f"best_spans: start and end logits must both be (B, n), got {tuple(start_logits.shape)} "
+                         f"and {tuple(end_logits.shape)}")
+    n = start_logits.shape[1]
+    i = torch.arange(n, device=start_logits.device)
+    band = (i[None, :] >= i[:, None]) & (i[None, :] < i[:, None] + max_length)       # (n, n): i <= j < i + L
+    scores = (start_logits[:, :, None] + end_logits[:, None, :]).masked_fill(~band, float("-inf"))
+    flat = scores.flatten(1).argmax(dim=1)
+    return torch.stack([flat // n, flat % n], dim=1)
+
+
+def finetuning_loss(model: nn.Module, batch: FineTuningBatch) -> tuple[torch.Tensor, int]:
+    """The loss of any of the three heads on one batch, for :func:`~transformer_book.training.fit`:
+    ``(mean cross-entropy, count)``; the count is sentences for the classifier and the span
+    extractor (whose loss is the mean of the start and end cross-entropies) and scored tokens
+    for the tagger.
+
+    Raises:
+        ValueError: a model that is none of the heads, targets of the wrong shape, or a tagging
+            batch with no scored token.
+    """
+    tokens, segments, targets, allowed = batch
+    B, n = tokens.shape
+    if isinstance(model, SequenceClassifier):
+        if targets.shape != (B,):
+            raise ValueError(f"finetuning_loss: a classifier's targets must be ({B},), got {tuple(targets.shape)}")
+        return F.cross_entropy(model(tokens, segments), targets), B
+    if isinstance(model, TokenTagger):
+        if targets.shape != (B, n):
+            raise ValueError(f"finetuning_loss: a tagger's targets must be {(B, n)}, got {tuple(targets.shape)}")
+        scored = targets != IGNORE_INDEX
+        count = int(scored.sum())
+        if count == 0:
+            raise ValueError("finetuning_loss: no token of the batch has a tag (all targets are IGNORE_INDEX)")
+        logits = model(tokens, segments)
+        return F.cross_entropy(logits[scored], targets[scored]), count
+    if isinstance(model, SpanExtractor):
+        if targets.shape != (B, 2):
+            raise ValueError(f"finetuning_loss: a span extractor's targets must be ({B}, 2), got {tuple(targets.shape)}")
+        start, end = model(tokens, segments, allowed)
+        if not (allowed.gather(1, targets).all()):
+            raise ValueError("finetuning_loss: an answer starts or ends outside the allowed positions")
+        return (F.cross_entropy(start, targets[:, 0]) + F.cross_entropy(end, targets[:, 1])) / 2, B
+    raise ValueError(f"finetuning_loss: model must be a SequenceClassifier, TokenTagger or SpanExtractor, "
+                     f"got {type(model).__name__}")
+
+
+@torch.no_grad()
+def predict(model: nn.Module, batch: FineTuningBatch, *, max_answer_length: int = 30) -> torch.Tensor:
+    """The head's prediction for one batch, in eval mode (the mode is restored after):
+    class ids ``(B,)``, tag ids ``(B, n)``, or spans ``(B, 2)`` from :func:`best_spans`."""
+    was_training = model.training
+    model.eval()
+    try:
+        if isinstance(model, SequenceClassifier):
+            return model(batch.tokens, batch.segments).argmax(-1)
+        if isinstance(model, TokenTagger):
+            return model(batch.tokens, batch.segments).argmax(-1)
+        if isinstance(model, SpanExtractor):
+            return best_spans(*model(batch.tokens, batch.segments, batch.allowed), max_answer_length)
+    finally:
+        model.train(was_training)
+    raise ValueError(f"predict: model must be a SequenceClassifier, TokenTagger or SpanExtractor, "
+                     f"got {type(model).__name__}")
+
+
+def freeze_encoder(model: nn.Module, *, trainable_layers: int = 0) -> int:
+    """Fix the weights of ``model.bert`` except its top ``trainable_layers`` encoder layers; the
+    head always trains. With at least one layer trained, what lies above the layers trains too:
+    a pre-LN encoder's final LayerNorm, and the pooler under a :class:`SequenceClassifier` (the
+    only head that reads it). BERT's MLM and NSP output layers, unused by the heads, are fixed
+    already (the heads fix them); the embeddings stay fixed.
+
+    Returns the number of trainable parameters.
+
+    Raises:
+        ValueError: no ``bert`` attribute holding a BERT, or ``trainable_layers`` outside
+            ``[0, n_layers]``.
+    """
+    bert = getattr(model, "bert", None)
+    if not isinstance(bert, BERT):
+        raise ValueError(f"freeze_encoder: model must have a BERT as .bert, got {type(model).__name__}")
+    n_layers = bert.config.n_layers
+    if isinstance(trainable_layers, bool) or not isinstance(trainable_layers, int) \
+            or not 0 <= trainable_layers <= n_layers:
+        raise ValueError(f"freeze_encoder: trainable_layers must be an int in [0, {n_layers}], got {trainable_layers!r}")
+    for parameter in bert.parameters():
+        parameter.requires_grad_(False)
+    for layer in list(bert.encoder.layers)[n_layers - trainable_layers:]:
+        for parameter in layer.parameters():
+            parameter.requires_grad_(True)
+    if trainable_layers > 0:
+        trained_on_top = [bert.encoder.norm] if bert.encoder.norm is not None else []   # pre-LN's final norm
+        if isinstance(model, SequenceClassifier):
+            trained_on_top.append(bert.pooler)                                         # only it reads the pooler
+        for module in trained_on_top:
+            module.requires_grad_(True)
+    return trainable_parameters(model)
+
+
+def trainable_parameters(model: nn.Module) -> int:
+    """The number of weights that training changes (``requires_grad``)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -450,23 +450,33 @@ def test_fit_changes_only_the_weights_that_are_not_frozen():
 
 # ----------------------------------------------------------------------------- a tokenizer for the data
 
+ARTICLES = [
+    [
+        "The band was formed by John Lennon in Liverpool in 1960 .",
+        "Lennon met Paul McCartney at a fete in 1957 .",
+        "They played in Hamburg for two years .",
+        "In 1960 the band took the name Beatles .",
+        "The Beatles split in 1970 after ten years .",
+        "McCartney later formed Wings with his wife Linda .",
+        "Wings toured Europe in 1972 and 1973 .",
+    ],
+    [
+        "The river Thames runs through London to the sea .",
+        "London was founded by the Romans as Londinium .",
+        "The Romans built a bridge over the Thames .",
+        "In 1666 a great fire burned much of London .",
+        "After the fire Christopher Wren rebuilt many churches .",
+        "Wren designed the dome of St Paul .",
+    ],
+    ["One sentence only ."],
+]
+
 CORPUS = [
     "Paul McCartney met NASA in 1994 .",
     "the cat sat on the mat , and the dog ran in the park .",
     "the [UNK] was odd .",
-    "The band was formed by John Lennon in Liverpool in 1960 .",
-    "Lennon met Paul McCartney at a fete in 1957 .",
-    "They played in Hamburg for two years .",
-    "In 1960 the band took the name Beatles .",
-    "The Beatles split in 1970 after ten years .",
-    "McCartney later formed Wings with his wife Linda .",
-    "Wings toured Europe in 1972 and 1973 .",
-    "The river Thames runs through London to the sea .",
-    "London was founded by the Romans as Londinium .",
-    "The Romans built a bridge over the Thames .",
-    "In 1666 a great fire burned much of London .",
-    "After the fire Christopher Wren rebuilt many churches .",
-    "Wren designed the dome of St Paul .",
+    *ARTICLES[0],
+    *ARTICLES[1],
 ]
 
 
@@ -656,26 +666,6 @@ def test_entity_spans_of_hand_examples(words, max_words, spans):
 
 # ----------------------------------------------------------------------------- cloze spans
 
-ARTICLES = [
-    [
-        "The band was formed by John Lennon in Liverpool in 1960 .",
-        "Lennon met Paul McCartney at a fete in 1957 .",
-        "They played in Hamburg for two years .",
-        "In 1960 the band took the name Beatles .",
-        "The Beatles split in 1970 after ten years .",
-        "McCartney later formed Wings with his wife Linda .",
-        "Wings toured Europe in 1972 and 1973 .",
-    ],
-    [
-        "The river Thames runs through London to the sea .",
-        "London was founded by the Romans as Londinium .",
-        "The Romans built a bridge over the Thames .",
-        "In 1666 a great fire burned much of London .",
-        "After the fire Christopher Wren rebuilt many churches .",
-        "Wren designed the dome of St Paul .",
-    ],
-    ["One sentence only ."],
-]
 
 
 def passage_of(passage: str) -> tuple[list[str], int, int]:

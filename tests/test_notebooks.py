@@ -61,7 +61,7 @@ def _repository_url() -> str:
 def test_install_cell_uses_the_configured_repository(path: Path) -> None:
     """The repository address lives in _config.yml; a chapter's Colab install cell must agree."""
     first = "".join(_code_cells(path)[0]["source"])
-    urls = re.findall(r"git\+(\S+)", first)
+    urls = re.findall(r"git\+([^\s'\"]+)", first)  # the address ends at a space or a quote
     assert urls, f"{path.name}: the first code cell must install the package when it is missing"
     assert all(u.rstrip("/") == _repository_url() for u in urls), f"{path.name}: {urls} != {_repository_url()}"
 

@@ -232,7 +232,10 @@ def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: 
     out: list[SpanExample] = []
     for document in documents:
         sentence_words = [s.split() for s in document]
-        pieces = [_word_pieces(tokenizer, words) for words in sentence_words]     # "[UNK]" stays one [UNK]
+        flat_pieces = _word_pieces(tokenizer, [w for words in sentence_words for w in words])  # "[UNK]" stays one
+        ends = np.cumsum([0] + [len(words) for words in sentence_words])
+        pieces = [flat_pieces[a:b] for a, b in zip(ends[:-1], ends[1:])]
+        entities = [[(i, j, " ".join(words[i:j])) for i, j in entity_spans(words)] for words in sentence_words]
         lengths = [sum(len(p) for p in ps) for ps in pieces]
         passages, current, size = [], [], 0
         for k, n in enumerate(lengths):
@@ -252,18 +255,10 @@ def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: 
             inside = set(passage)
             p_words = [w for k in passage for w in sentence_words[k]]
             p_pieces = [p for k in passage for p in pieces[k]]
-            candidates = []
-            for k in passage:
-                candidates += [" ".join(sentence_words[k][i:j]) for i, j in entity_spans(sentence_words[k])]
+            candidates = [answer for k in passage for _, _, answer in entities[k]]
             found = set(candidates)
-            options = []
-            for q in range(len(document)):
-                if q in inside:
-                    continue
-                for i, j in entity_spans(sentence_words[q]):
-                    answer = " ".join(sentence_words[q][i:j])
-                    if answer in found:
-                        options.append((q, i, j))
+            options = [(q, i, j) for q in range(len(document)) if q not in inside
+                       for i, j, answer in entities[q] if answer in found]
             if not options:
                 continue
             chosen, used = [], set()

@@ -31,7 +31,7 @@ from transformer_book.data.finetuning import (
     encode_sentence,
     entity_spans,
     pair_examples,
-    sentence_order_pairs,
+    pivot_paraphrase_pairs,
     sst2_examples,
 )
 from transformer_book.data.pretraining import IGNORE_INDEX
@@ -529,32 +529,64 @@ def order_documents(n_documents: int, lengths: list[int]) -> list[list[str]]:
     return [[f"doc {d} sentence {k} ." for k in range(lengths[d % len(lengths)])] for d in range(n_documents)]
 
 
-def test_sentence_order_pairs_are_consecutive_sentences_in_or_out_of_order():
-    documents = order_documents(300, [0, 1, 2, 5, 8])
-    pairs = sentence_order_pairs(documents, seed=3)
-    where = {s: (d, k) for d, doc in enumerate(documents) for k, s in enumerate(doc)}
-    used = Counter()
-    for a, b, label in pairs:
-        (da, ka), (db, kb) = where[a], where[b]
-        assert da == db
-        first, second = (ka, kb) if label == 1 else (kb, ka)
-        assert second == first + 1 and first % 2 == 0
-        assert label in (0, 1)
-        used.update([a, b])
-    assert max(used.values()) == 1
-    assert len(pairs) == sum(len(doc) // 2 for doc in documents)
-    assert within_binomial(sum(label for _, _, label in pairs), len(pairs), 0.5)
-    assert sentence_order_pairs(documents, seed=3) == pairs
-    assert sentence_order_pairs(documents, seed=4) != pairs
-    assert sentence_order_pairs(documents) == sentence_order_pairs(documents, seed=0)
+TRANSLATIONS = [
+    ("Es ist heiß heute.", "It's hot today."), ("Es ist heiß heute.", "It is hot today."),
+    ("Es ist heiß heute.", "It's warm today."), ("Es ist kalt heute.", "It's cold today."),
+    ("Es ist kalt heute.", "It is cold today."), ("Ich habe Hunger.", "I'm hungry."),
+    ("Ich habe Hunger.", "I am hungry."), ("Ich bin hungrig.", "I am hungry."), ("Ich bin hungrig.", "I'm starving."),
+    ("Er ist müde.", "He is tired."), ("Er ist müde.", "He's tired."), ("Sie ist müde.", "She is tired."),
+    ("Sie ist müde.", "She's tired."), ("Das ist gut.", "That is good."), ("Das ist gut.", "That's good."),
+    ("Das ist gut.", "That is good."), ("Allein.", "Alone."),
+]
 
 
-def test_sentence_order_pairs_need_a_document_of_two_sentences():
-    with pytest.raises(ValueError, match="sentence_order_pairs: no article has two sentences"):
-        sentence_order_pairs([["one ."], [], ["two ."]])
-    with pytest.raises(ValueError, match="no article has two sentences"):
-        sentence_order_pairs([])
-    assert sentence_order_pairs([["a .", "b ."]], seed=0)[0][:2] in (("a .", "b ."), ("b .", "a ."))
+def _pivots_by_text():
+    pivots = {}
+    for pivot, text in TRANSLATIONS:
+        pivots.setdefault(text, set()).add(pivot)
+    return pivots
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_pivot_paraphrase_pairs_label_shared_translations(seed):
+    pivots = _pivots_by_text()
+    splits = pivot_paraphrase_pairs(TRANSLATIONS, test_fraction=0.3, seed=seed)
+    assert set(splits) == {"train", "test"}
+    every = splits["train"] + splits["test"]
+    # by hand: heiß 3 texts -> 1 pair, kalt, Hunger, hungrig, Er, Sie and gut 1 each (gut's duplicate counts once),
+    # Allein none: 7 paraphrases, and at most one negative each (none where a split holds a single group)
+    assert sum(label for *_, label in every) == 7 and len(every) <= 14
+    for a, b, label in every:
+        assert a != b
+        assert bool(pivots[a] & pivots[b]) == bool(label)            # a paraphrase exactly when a pivot is shared
+    # groups linked by a pivot, through any chain, never straddle the splits
+    linked = [{"It's hot today.", "It is hot today.", "It's warm today."}, {"It's cold today.", "It is cold today."},
+              {"I'm hungry.", "I am hungry.", "I'm starving."}, {"He is tired.", "He's tired."},
+              {"She is tired.", "She's tired."}, {"That is good.", "That's good."}]
+    for group in linked:
+        where = {split for split, rows in splits.items() for a, b, _ in rows for t in (a, b) if t in group}
+        assert len(where) <= 1
+    assert pivot_paraphrase_pairs(TRANSLATIONS, test_fraction=0.3, seed=seed) == splits
+
+
+def test_pivot_paraphrase_negatives_are_the_most_overlapping_candidates():
+    # one split only: every text is a candidate; with many candidates per word the best overlap is found
+    splits = pivot_paraphrase_pairs(TRANSLATIONS, test_fraction=1e-9, candidates=200, seed=0)
+    negatives = [frozenset((a, b)) for a, b, label in splits["train"] if label == 0]
+    assert frozenset(("It is hot today.", "It is cold today.")) in negatives \
+        or frozenset(("It's hot today.", "It's cold today.")) in negatives
+    assert len(negatives) == sum(label for *_, label in splits["train"]) == 7   # one negative per positive
+    # "I'm hungry." and "I'm starving." share no pivot but are linked through "I am hungry.": never a negative
+    assert frozenset(("I'm hungry.", "I'm starving.")) not in negatives
+
+
+def test_pivot_paraphrase_pairs_reject_bad_arguments():
+    with pytest.raises(ValueError, match="no pivot has two different texts"):
+        pivot_paraphrase_pairs([("a", "x"), ("a", "x"), ("b", "y")])
+    with pytest.raises(ValueError, match="test_fraction"):
+        pivot_paraphrase_pairs(TRANSLATIONS, test_fraction=1.0)
+    with pytest.raises(ValueError, match="candidates"):
+        pivot_paraphrase_pairs(TRANSLATIONS, candidates=0)
 
 
 def test_pair_examples_lay_out_cls_a_sep_b_sep(tok):

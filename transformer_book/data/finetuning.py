@@ -2,9 +2,10 @@
 batches the heads of :mod:`transformer_book.models.finetuning` read.
 
 * **single sentence** (:func:`sst2_examples`): SST-2's sentiment labels;
-* **sentence pair** (:func:`sentence_order_pairs`, :func:`pair_examples`): *sentence order*:
-  two consecutive sentences of an article, as written or swapped (ALBERT's sentence-order
-  prediction, Lan et al., 2020), which no model of one sentence at a time can solve;
+* **sentence pair** (:func:`pivot_paraphrase_pairs`, :func:`pair_examples`): *paraphrase*:
+  two English sentences that Tatoeba translates into the same German sentence are paraphrases
+  (the pivot method of Bannard and Callison-Burch, 2005), set against pairs of sentences that
+  share many words but no translation;
 * **tagging** (:func:`case_restoration_examples`): the case of every word of a lower-cased
   sentence (:data:`CASE_TAGS`), labels read off the original text;
 * **span** (:func:`cloze_span_examples`): a sentence of an article with a name or a year hidden
@@ -31,7 +32,7 @@ from transformer_book.data.sst2 import load_sst2
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
 __all__ = [
-    "FineTuningBatch", "Example", "encode_sentence", "sst2_examples", "sentence_order_pairs", "pair_examples", "CASE_TAGS", "case_tag",
+    "FineTuningBatch", "Example", "encode_sentence", "sst2_examples", "pivot_paraphrase_pairs", "pair_examples", "CASE_TAGS", "case_tag",
     "case_restoration_examples", "entity_spans", "SpanExample", "cloze_span_examples", "FineTuningBatches",
 ]
 
@@ -87,23 +88,89 @@ def sst2_examples(tokenizer, split: str, max_len: int, *, download: bool = True)
             zip((encode_sentence(tokenizer, text, max_len) for text, _ in rows), rows)]
 
 
-def sentence_order_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0) -> list[tuple[str, str, int]]:
-    """Sentence-order pairs ``(a, b, label)`` from articles: sentences ``2k`` and ``2k + 1`` of
-    every article (so that no sentence is in two pairs), as written (label 1) or swapped (label
-    0), each with probability 1/2 from a generator seeded with ``seed``.
+def _words(text: str) -> frozenset[str]:
+    return frozenset("".join(c if c.isalnum() or c.isspace() else " " for c in text.lower()).split())
+
+
+def pivot_paraphrase_pairs(pairs: Sequence[tuple[str, str]], *, test_fraction: float = 0.1, candidates: int = 30,
+                           seed: int = 0) -> dict[str, list[tuple[str, str, int]]]:
+    """Paraphrase pairs ``(a, b, label)`` from translation pairs ``(pivot, text)``, split into
+    ``{"train": ..., "test": ...}``.
+
+    Two different texts with the same pivot translation are paraphrases (label 1), one pair for
+    every two texts of a pivot (a pair that two pivots share counts once). For each such pair, ``a`` is also paired (label 0) with a text
+    not linked to it by any chain of shared pivots: for every word of ``a``, up to ``candidates`` texts holding
+    that word are drawn at random, and the one whose words overlap most with ``a``'s (Jaccard
+    index of the lower-cased words without punctuation) is taken: *It's warm today.* against
+    *It's cold today.*, not against a random sentence (which is the fallback when no other
+    group shares a word with ``a``; a split of a single group gets no negatives).
+    Texts linked by pivots form groups (connected components); every group goes whole to the
+    test split with probability ``test_fraction``, so no text is in both splits, and negatives
+    come from the same split. Within a pair, the order of the two texts is random. All draws
+    come from a generator seeded with ``seed``.
 
     Raises:
-        ValueError: ``documents`` yields no pair (every article has fewer than two sentences).
+        ValueError: no pivot with two different texts, ``test_fraction`` outside (0, 1), or
+            ``candidates`` not a positive int.
     """
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"pivot_paraphrase_pairs: test_fraction must be in (0, 1), got {test_fraction!r}")
+    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+        raise ValueError(f"pivot_paraphrase_pairs: candidates must be a positive int, got {candidates!r}")
+    texts_of: dict[str, list[str]] = {}
+    for pivot, text in pairs:
+        group = texts_of.setdefault(pivot, [])
+        if text not in group:
+            group.append(text)
+    texts = sorted({t for group in texts_of.values() for t in group})
+    index = {t: i for i, t in enumerate(texts)}
+    parent = list(range(len(texts)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    pivots_of: list[set[str]] = [set() for _ in texts]
+    for pivot, group in texts_of.items():
+        for t in group:
+            pivots_of[index[t]].add(pivot)
+            parent[root(index[t])] = root(index[group[0]])
+    positives, seen = [], set()
+    for pivot in sorted(texts_of):
+        for a, b in zip(texts_of[pivot][::2], texts_of[pivot][1::2]):
+            if frozenset((a, b)) not in seen:                  # two pivots may share the same two texts
+                seen.add(frozenset((a, b)))
+                positives.append((a, b))
+    if not positives:
+        raise ValueError("pivot_paraphrase_pairs: no pivot has two different texts")
     rng = np.random.default_rng(seed)
-    pairs = []
-    for document in documents:
-        for k in range(0, len(document) - 1, 2):
-            a, b = document[k], document[k + 1]
-            pairs.append((a, b, 1) if rng.random() < 0.5 else (b, a, 0))
-    if not pairs:
-        raise ValueError("sentence_order_pairs: no article has two sentences")
-    return pairs
+    components = sorted({root(i) for i in range(len(texts))})
+    in_test = dict(zip(components, rng.random(len(components)) < test_fraction))
+    pools = {split: [i for i in range(len(texts)) if in_test[root(i)] == (split == "test")] for split in ("train", "test")}
+    words = [_words(t) for t in texts]
+    postings: dict[str, dict[str, list[int]]] = {"train": {}, "test": {}}
+    for split, pool in pools.items():
+        for j in pool:
+            for w in sorted(words[j]):
+                postings[split].setdefault(w, []).append(j)
+    out: dict[str, list[tuple[str, str, int]]] = {"train": [], "test": []}
+    for a, b in positives:
+        i = index[a]
+        split = "test" if in_test[root(i)] else "train"
+        drawn = []
+        for w in sorted(words[i]):                       # up to `candidates` texts sharing each word
+            posting = postings[split][w]
+            drawn.extend(posting[k] for k in rng.integers(len(posting), size=min(candidates, len(posting))))
+        drawn = [j for j in drawn if root(j) != root(i)]      # not linked to a by any chain of pivots
+        if not drawn:                                          # no word in common with any other group
+            pool = pools[split]
+            drawn = [j for j in (pool[k] for k in rng.integers(len(pool), size=candidates)) if root(j) != root(i)]
+        for first, second, label in [(a, b, 1)] + ([(a, texts[max(drawn, key=lambda j: (
+                len(words[i] & words[j]) / max(1, len(words[i] | words[j])), -j))], 0)] if drawn else []):
+            out[split].append((first, second, label) if rng.random() < 0.5 else (second, first, label))
+    return out
 
 
 def pair_examples(tokenizer, pairs: Sequence[tuple[str, str, int]], max_len: int) -> list[Example]:  # noqa: ANN001

@@ -184,8 +184,8 @@ def pair_examples(tokenizer, pairs: Sequence[tuple[str, str, int]], max_len: int
 
 
 CASE_TAGS = ("lower", "Capitalised", "UPPER", "MiXed")
-"""The tags of case restoration: all lower case, first letter upper and the rest lower, every
-letter upper (two letters at least), anything else (``McCartney``, ``iPhone``)."""
+"""Case restoration's four tags, in this order; all lower case, first letter upper and the rest
+lower, every letter upper (two letters at least), and anything else (``McCartney``, ``iPhone``)."""
 
 
 def case_tag(word: str) -> int | None:

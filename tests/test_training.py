@@ -414,3 +414,33 @@ def test_save_and_load_bert_with_its_wordpiece_tokenizer(tmp_path):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
     with pytest.raises(ValueError, match="tokenizer must be"):
         save_model(tmp_path / "x.pt", model, tokenizer="not a tokenizer")
+
+
+def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_intact(tmp_path, monkeypatch):
+    from transformer_book import training
+
+    path = tmp_path / "run.pt"
+    training._save_atomic({"step": 1}, str(path))
+    before = path.read_bytes()
+
+    def crash(obj, handle):
+        handle.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # the process is stopped mid-write
+
+    monkeypatch.setattr(training.torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        training._save_atomic({"step": 2}, str(path))
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["run.pt"]
+
+
+def test_resuming_from_a_checkpoint_of_another_format_version_fails_clearly(tmp_path):
+    from transformer_book.training import TrainConfig, fit, language_model_loss
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10))
+    path = tmp_path / "run.pt"
+    torch.save({"format_version": 99, "step": 3}, path)
+    config = TrainConfig(steps=2, warmup_steps=1, checkpoint_path=str(path))
+    with pytest.raises(ValueError, match="checkpoint format_version 99, expected 1"):
+        fit(model, lambda s: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
+            language_model_loss(), config, resume=True, progress=False)

@@ -76,6 +76,8 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1:] != (self.d_model,):
             raise ValueError(f"LayerNorm: expected (..., {self.d_model}), got shape {tuple(x.shape)}")
+        if not x.dtype.is_floating_point:
+            raise ValueError(f"LayerNorm: x must be a floating-point tensor, got dtype {x.dtype}")
         mu = x.mean(dim=-1, keepdim=True)
         var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # biased: divide by d
         return self.gamma * (x - mu) / torch.sqrt(var + self.eps) + self.beta

@@ -56,6 +56,8 @@ __all__ = [
     "CHECKPOINT_VERSION",
     "save_model",
     "load_model",
+    "init_distributed",
+    "shard_batch",
 ]
 
 CHECKPOINT_VERSION = 1
@@ -333,6 +335,74 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+def init_distributed() -> torch.device:
+    """Join the process group that ``torchrun`` describes in the environment (``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``) and return this process's
+    device: ``cuda:<LOCAL_RANK>`` with the NCCL backend when CUDA is there, the CPU with gloo
+    otherwise. Call it once at the start of a script run with ``torchrun``; :func:`fit` then
+    trains data-parallel. Without ``torchrun``'s environment it does nothing and returns the
+    default device (a single process).
+    """
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return device
+
+
+def _world() -> tuple[int, int]:
+    """``(rank, world_size)`` of the process group, ``(0, 1)`` without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
+    """This rank's share of a global batch: every tensor of a (nested) tuple, list, NamedTuple or
+    dict cut along its first (batch) axis into ``world_size`` contiguous parts as equal as
+    possible (``torch.tensor_split``), part ``rank`` kept. Run on every rank, the parts are
+    disjoint and together the whole batch: the data-parallel sampler of a step-addressable
+    training set. Non-tensors are passed through.
+
+    Raises:
+        ValueError: a tensor with fewer rows than ranks (some rank would get nothing).
+    """
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() == 0 or batch.shape[0] < world_size:
+            raise ValueError(f"shard_batch: a tensor of shape {tuple(batch.shape)} cannot be split over "
+                             f"{world_size} ranks; the global batch needs at least one row per rank")
+        return torch.tensor_split(batch, world_size)[rank]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(shard_batch(b, rank, world_size) for b in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(shard_batch(b, rank, world_size) for b in batch)
+    if isinstance(batch, dict):
+        return {k: shard_batch(v, rank, world_size) for k, v in batch.items()}
+    return batch
+
+
+class _LossModule(nn.Module):
+    """The loss as a module, so that DistributedDataParallel sees the whole computation (loss
+    functions call methods other than ``forward``, such as BERT's ``encode``)."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]) -> None:
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, batch: Any) -> tuple[torch.Tensor, int]:
+        return self.loss_fn(self.model, batch)
+
+
 def _rng_state() -> dict[str, Any]:
     np_state = np.random.get_state()
     state = {
@@ -486,8 +556,20 @@ def fit(
             "history": history.to_dict(), "rng": _rng_state(), "config": asdict(config),
         }, config.checkpoint_path)
 
+    rank, world_size = _world()
+    if world_size > 1:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        # Every rank starts from rank 0's weights, then computes its shard of each global batch;
+        # DDP averages the gradients, and each shard's loss is weighted by its share of the
+        # tokens, so that the update is the single-process update of the whole batch.
+        for tensor in model.state_dict().values():
+            dist.broadcast(tensor, src=0)
+        ddp = DistributedDataParallel(_LossModule(model, loss_fn), find_unused_parameters=True)
     model.train()
-    bar = tqdm(total=config.steps, initial=start, disable=not progress, desc="train", dynamic_ncols=True)
+    bar = tqdm(total=config.steps, initial=start, disable=not progress or rank != 0, desc="train",
+               dynamic_ncols=True)
     window_tokens, window_seconds, postfix = 0, 0.0, {}
     train_seconds = history.train_time_s[-1][1] if history.train_time_s else 0.0
     try:
@@ -497,9 +579,18 @@ def fit(
             done = step + 1
             step_start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
-            with autocast():
-                loss, n_tokens = loss_fn(model, _to_device(train_batches(step), device))
-            value = loss.detach().item()
+            if world_size == 1:
+                with autocast():
+                    loss, n_tokens = loss_fn(model, _to_device(train_batches(step), device))
+                value = loss.detach().item()
+            else:
+                with autocast():
+                    loss, n_tokens = ddp(_to_device(shard_batch(train_batches(step), rank, world_size), device))
+                counts = torch.tensor([float(n_tokens), loss.detach().float().item() * float(n_tokens)], device=device)
+                dist.all_reduce(counts)                      # global tokens, and the global sum of the loss
+                value = (counts[1] / counts[0]).item()
+                loss = loss * (float(n_tokens) * world_size / counts[0].item())
+                n_tokens = int(counts[0].item())
             if not math.isfinite(value):
                 raise FloatingPointError(f"fit: training loss is {value} at step {step} (0-based); stopping")
             optimizer.zero_grad(set_to_none=True)
@@ -540,7 +631,10 @@ def fit(
                 postfix["val"] = f"{history.val_loss[-1][1]:.4f}"
                 bar.set_postfix(postfix, refresh=False)
             if config.checkpoint_path is not None and (done % config.checkpoint_every == 0 or last):
-                save(done)
+                if rank == 0:                                  # one writer; the others wait for the file
+                    save(done)
+                if world_size > 1:
+                    dist.barrier()
             if last:
                 break
     finally:

@@ -16,12 +16,15 @@ import warnings
 from pathlib import Path
 from typing import IO, Any
 
+from filelock import FileLock
+
 from transformer_book.data.registry import Corpus, RemoteFile, get_corpus
 
 DATA_DIR_ENV = "TB_DATA_DIR"
 CACHE_DIR_ENV = "TB_CACHE_DIR"
 _CHUNK_BYTES = 1 << 20
 _TIMEOUT_SECONDS = 60
+_LOCK_TIMEOUT_SECONDS = 30 * 60   # how long a fetch waits for another process's download of the same file
 
 
 class DataError(RuntimeError):
@@ -68,7 +71,9 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
     Looks in ``$TB_DATA_DIR/<corpus>/<file>`` (used in place, never written to), then in
     ``<cache_dir()>/<corpus>/<file>``, and otherwise downloads the pinned URL into the cache.
     A cached file with the wrong sha256 is deleted; a data-folder file with the wrong sha256 is
-    left alone and skipped with a warning.
+    left alone and skipped with a warning. The cache's check and download hold a file lock
+    (``<file>.lock`` beside it), so processes that fetch the same file at once download it once;
+    a download lands under its final name only once complete and verified.
 
     Args:
         corpus: a registered corpus name or a :class:`Corpus`.
@@ -99,17 +104,23 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
             )
 
     target = cache_dir() / entry.name / remote.name
-    if target.is_file():
-        if sha256_of(target) == remote.sha256:
-            return target
-        target.unlink()  # stale or corrupt cache entry
-
-    if not download:
+    if not download and not target.is_file():
         raise DataUnavailableError(
             _unavailable_message(entry, remote, "downloading is disabled (download=False)")
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    _download(entry, remote, target, progress)
+    # One process at a time checks, deletes or downloads this file: a second fetch of the same
+    # file waits here, then finds the first one's verified copy instead of downloading again.
+    with FileLock(str(target) + ".lock", timeout=_LOCK_TIMEOUT_SECONDS):
+        if target.is_file():
+            if sha256_of(target) == remote.sha256:
+                return target
+            target.unlink()  # stale or corrupt cache entry
+        if not download:
+            raise DataUnavailableError(
+                _unavailable_message(entry, remote, "downloading is disabled (download=False)")
+            )
+        _download(entry, remote, target, progress)
     return target
 
 
@@ -160,6 +171,10 @@ def _download(corpus: Corpus, remote: RemoteFile, target: Path, progress: bool) 
                 actual = _stream_into(remote, part, progress)
             except (OSError, http.client.HTTPException) as err:  # URLError and timeouts too
                 raise DataUnavailableError(_unavailable_message(corpus, remote, err)) from err
+            received = part.tell()
+            if remote.size is not None and received < remote.size:
+                raise DataUnavailableError(_unavailable_message(
+                    corpus, remote, f"the download was interrupted after {received:,} of {remote.size:,} bytes"))
             if actual != remote.sha256:
                 raise ChecksumMismatchError(
                     f"checksum mismatch for {corpus.name}/{remote.name} downloaded from "

@@ -62,6 +62,11 @@ def _rows_kv(d: dict) -> list[Row]:
             for r in d["rows"]]
 
 
+def _rows_beam(d: dict) -> list[Row]:
+    return [_row(f"beam search, {d['sentences']} sentences, beam {d['beam']}", "batched beam_search with the cache",
+                 "chapter 8's per-hypothesis loop", 1e3 * d["batched_s"], 1e3 * d["loop_s"], "ms/batch")]
+
+
 def _rows_word2vec(d: dict) -> list[Row]:
     out = []
     summary = d["summary"]
@@ -101,6 +106,9 @@ def benchmarks(device: str, smoke: bool) -> list[tuple[str, list[str], Callable[
          _rows_translation),
         ("kv_cache_speed.py", ["--device", device] + (["--new-tokens", "8", "--prompt", "4", "--repeats", "1"] if quick
                                                       else ["--new-tokens", "128", "--repeats", "3"]), _rows_kv),
+        ("beam_search_speed.py", ["--device", device] + (["--small", "--sentences", "4", "--max-new", "8", "--repeats", "1"]
+                                                         if quick else ["--sentences", "16", "--max-new", "20", "--repeats", "3"]),
+         _rows_beam),
         ("word2vec_speed.py", ["--device", device, "--ppmi"] + (["--epochs", "1", "--rounds", "1", "--architectures",
                                                                  "skipgram"] if quick else ["--rounds", "1"]),
          _rows_word2vec),

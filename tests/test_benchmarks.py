@@ -22,13 +22,14 @@ EXPECTED = {
     "translation Transformer, training step": 1,
     "gpt generation, 8 new tokens": 1,
     "translator generation, 8 new tokens": 1,
+    "beam search, 4 sentences, beam 5": 1,
 }
 
 
 def test_the_harness_runs_every_comparison_side_by_side(tmp_path):
     with_corpus = bool(os.environ.get("TB_DATA_DIR"))                 # word2vec reads WikiText-2
     only = [] if with_corpus else ["--only", "mha_speed", "gpt_training_speed", "bert_pretraining_speed",
-                                   "translation_training_speed", "kv_cache_speed"]
+                                   "translation_training_speed", "kv_cache_speed", "beam_search_speed"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--smoke", "--output-dir",
                              str(tmp_path), *only], capture_output=True, text=True, env=env, timeout=600)

@@ -14,6 +14,8 @@ places, which both searches must handle alike. Both are first checked to return 
 hypothesis with the same score for every sentence (no length normalisation, as the loop has
 none). Then ``--repeats`` interleaved rounds time both; the JSON holds the medians.
 
+The timing loop shared with the other benchmarks is `benchmarks/timing.py`.
+
 Usage::
 
     python benchmarks/beam_search_speed.py [--device cpu|cuda] [--sentences 16] [--beam 5] [--max-new 20]
@@ -26,13 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from transformer_book import decoding
 from transformer_book.models import Transformer, TransformerConfig
+from timing import timed  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.runtime import machine_description
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
@@ -49,16 +51,6 @@ def chapter8_plain_beam_search(model: torch.nn.Module, device: torch.device):  #
     namespace = {"torch": torch, "model": model, "device": device, "SOS_ID": SOS_ID, "EOS_ID": EOS_ID, "tokenizer": None}
     exec(compile(definition, "book/08_decoding.ipynb", "exec"), namespace)  # noqa: S102 - the book's own code
     return namespace["plain_beam_search"]
-
-
-def _timed(fn, device: torch.device) -> float:  # noqa: ANN001
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def run(device_name: str, sentences: int, beam: int, max_new: int, repeats: int, small: bool) -> dict:
@@ -91,7 +83,7 @@ def run(device_name: str, sentences: int, beam: int, max_new: int, repeats: int,
     paths = {"batched": batched, "loop": loop}
     for r in range(repeats):
         for name in (list(paths) if r % 2 == 0 else list(reversed(paths))):
-            samples[name].append(_timed(paths[name], device))
+            samples[name].append(timed(paths[name], device))
     median = {k: statistics.median(v) for k, v in samples.items()}
     return {"benchmark": "beam_search_speed", "machine": machine_description(device), "device": device.type,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "sentences": sentences, "beam": beam,

@@ -28,26 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from transformer_book.decoding import generate
 from transformer_book.models import GPT, GPTConfig, Transformer, TransformerConfig
+from timing import timed  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.runtime import machine_description
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "kv_cache_speed.json"
-
-
-def _timed(fn, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def run(device_name: str, new_tokens: int, prompt: int, repeats: int, threads: int | None) -> dict:
@@ -77,7 +67,7 @@ def run(device_name: str, new_tokens: int, prompt: int, repeats: int, threads: i
         samples = {k: [] for k in paths}
         for r in range(repeats):
             for k in (list(paths) if r % 2 == 0 else list(reversed(paths))):
-                samples[k].append(_timed(paths[k], device))
+                samples[k].append(timed(paths[k], device))
         median = {k: statistics.median(v) for k, v in samples.items()}
         rows.append({"model": name, "parameters": params, "recompute_s": median["recompute"], "cache_s": median["cache"],
                      "recompute_tokens_per_s": new_tokens / median["recompute"],

@@ -73,8 +73,9 @@ def cloze_inputs(encode: Callable[[str], Sequence[int]], texts: Sequence[str], t
     """
     if template.count(TEXT_SLOT) != 1 or template.count(MASK_SLOT) != 1:
         raise ValueError(f"cloze_inputs: the template must hold {TEXT_SLOT} and {MASK_SLOT} once each, got {template!r}")
-    parts = [p for p in _split(template)]
-    fixed = sum(len(list(encode(p))) for p in parts if p not in (TEXT_SLOT, MASK_SLOT) and p.strip()) + 1 + 2
+    # the template's words are encoded once; a slot stays a str until each text fills it
+    parts = [p if p in (TEXT_SLOT, MASK_SLOT) else list(encode(p)) if p.strip() else [] for p in _split(template)]
+    fixed = sum(len(p) for p in parts if isinstance(p, list)) + 1 + 2
     room = max_len - fixed
     if room < 1:
         raise ValueError(f"cloze_inputs: the template takes {fixed} of max_len={max_len} pieces; no room for the text")
@@ -86,8 +87,8 @@ def cloze_inputs(encode: Callable[[str], Sequence[int]], texts: Sequence[str], t
                 ids.extend(list(encode(text))[:room])
             elif part == MASK_SLOT:
                 ids.append(mask_id)
-            elif part.strip():
-                ids.extend(encode(part))
+            else:
+                ids.extend(part)
         out.append(ids + [sep_id])
     return out
 

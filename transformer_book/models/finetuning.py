@@ -36,6 +36,14 @@ __all__ = [
 ]
 
 
+def _new_layer(d_model: int, outputs: int) -> nn.Linear:
+    """A head's new layer, initialised as BERT's weights: N(0, 0.02^2), bias 0."""
+    layer = nn.Linear(d_model, outputs)
+    nn.init.normal_(layer.weight, std=0.02)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
 def _check_positive(value: Any, name: str, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
@@ -70,9 +78,7 @@ class SequenceClassifier(nn.Module):
         if n_classes < 2:
             raise ValueError(f"SequenceClassifier: n_classes must be at least 2, got {n_classes}")
         self.bert, self.dropout = bert, nn.Dropout(dropout)
-        self.classifier = nn.Linear(bert.config.d_model, n_classes)
-        nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
+        self.classifier = _new_layer(bert.config.d_model, n_classes)
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         hidden = self.bert.encode(tokens, segments)
@@ -90,9 +96,7 @@ class TokenTagger(nn.Module):
         _check_bert(bert, dropout, "TokenTagger")
         _check_positive(n_tags, "n_tags", "TokenTagger")
         self.bert, self.dropout = bert, nn.Dropout(dropout)
-        self.tagger = nn.Linear(bert.config.d_model, n_tags)
-        nn.init.normal_(self.tagger.weight, std=0.02)
-        nn.init.zeros_(self.tagger.bias)
+        self.tagger = _new_layer(bert.config.d_model, n_tags)
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         return self.tagger(self.dropout(self.bert.encode(tokens, segments)))
@@ -111,9 +115,7 @@ class SpanExtractor(nn.Module):
         super().__init__()
         _check_bert(bert, 0.0, "SpanExtractor")
         self.bert = bert
-        self.span = nn.Linear(bert.config.d_model, 2)
-        nn.init.normal_(self.span.weight, std=0.02)
-        nn.init.zeros_(self.span.bias)
+        self.span = _new_layer(bert.config.d_model, 2)
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None,
                 allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

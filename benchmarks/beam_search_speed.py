@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
 from transformer_book import decoding
 from transformer_book.models import Transformer, TransformerConfig
-from timing import timed  # noqa: E402 - the sibling module benchmarks/timing.py
+from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.runtime import machine_description
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
@@ -79,12 +78,10 @@ def run(device_name: str, sentences: int, beam: int, max_new: int, repeats: int,
     for i, (a, b) in enumerate(zip(ours, theirs)):
         assert a[0][0] == b[0][0], f"sentence {i}: the two searches found different best hypotheses"
         assert abs(a[0][1] - b[0][1]) < 1e-3, f"sentence {i}: scores {a[0][1]} and {b[0][1]}"
-    samples = {"batched": [], "loop": []}
     paths = {"batched": batched, "loop": loop}
-    for r in range(repeats):
-        for name in (list(paths) if r % 2 == 0 else list(reversed(paths))):
-            samples[name].append(timed(paths[name], device))
-    median = {k: statistics.median(v) for k, v in samples.items()}
+    timing = interleaved(paths, device, repeats, warmup=0)        # the check above was the warm-up
+    samples = timing.samples
+    median = {k: timing.median(k) for k in paths}
     return {"benchmark": "beam_search_speed", "machine": machine_description(device), "device": device.type,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "sentences": sentences, "beam": beam,
             "max_new_tokens": max_new, "parameters": sum(p.numel() for p in model.parameters()), "repeats": repeats,

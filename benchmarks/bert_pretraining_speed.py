@@ -31,16 +31,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import NamedTuple
+from statistics import median
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.models.bert import BERT, IGNORE_INDEX, BERTConfig, pretraining_loss
 from transformer_book.runtime import machine_description
 from transformer_book.twins import torch_encoder_layer
@@ -94,11 +94,6 @@ def make_batches(c: dict, steps: int, device: torch.device) -> list[Batch]:
     return batches
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default="chapter")
@@ -134,27 +129,24 @@ def main() -> None:
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.amp and device.type == "cuda" \
         else nullcontext
 
-    def run(name: str) -> float:
+    def one_pass(name: str) -> Callable[[], None]:
         model, optimizer = models[name], optimizers[name]
-        _sync(device)
-        start = time.perf_counter()
-        for batch in batches:
-            with autocast():
-                loss = pretraining_loss(model, batch).total
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        _sync(device)
-        return (time.perf_counter() - start) / len(batches)
 
-    for name in models:  # warm-up
-        run(name)
-    samples = {name: [] for name in models}
-    for r in range(args.repeats):
-        for name in (["ours", "torch"] if r % 2 == 0 else ["torch", "ours"]):
-            samples[name].append(run(name))
-    rows = {name: {"median_ms": statistics.median(s) * 1e3, "min_ms": min(s) * 1e3,
-                   "sequences_per_s": c["batch"] / statistics.median(s), "samples_ms": [x * 1e3 for x in s]}
+        def run() -> None:
+            for batch in batches:
+                with autocast():
+                    loss = pretraining_loss(model, batch).total
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+        return run
+
+    # one warm-up pass each, then rounds of one pass each, the order alternating
+    timing = interleaved({name: one_pass(name) for name in models}, device, args.repeats, warmup=1)
+    samples = {name: [t / len(batches) for t in timing.samples[name]] for name in models}  # seconds per step
+    rows = {name: {"median_ms": median(s) * 1e3, "min_ms": min(s) * 1e3,
+                   "sequences_per_s": c["batch"] / median(s), "samples_ms": [x * 1e3 for x in s]}
             for name, s in samples.items()}
     ratio = rows["torch"]["median_ms"] / rows["ours"]["median_ms"]
     ratio_best = rows["torch"]["min_ms"] / rows["ours"]["min_ms"]

@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
+from statistics import median
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.masks import causal_mask
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.twins import torch_encoder_layer
@@ -67,11 +68,6 @@ class TorchGPT(nn.Module):
         n = tokens.shape[1]
         h = self.encoder(self.positional(self.embedding(tokens)), mask=self.causal[:n, :n], is_causal=True)
         return self.output(self.norm(h))
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -111,27 +107,24 @@ def main() -> None:
                   for name, model in (("ours", ours), ("torch", theirs))}
     models = {"ours": ours, "torch": theirs}
 
-    def run(name: str) -> float:
+    def one_pass(name: str) -> Callable[[], None]:
         model, optimizer = models[name], optimizers[name]
-        _sync(device)
-        start = time.perf_counter()
-        for batch in batches:
-            loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, 65), batch[:, 1:].reshape(-1))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-        _sync(device)
-        return (time.perf_counter() - start) / len(batches)
 
-    for name in models:  # warm-up
-        run(name)
-    samples = {name: [] for name in models}
-    for r in range(args.repeats):
-        for name in (["ours", "torch"] if r % 2 == 0 else ["torch", "ours"]):
-            samples[name].append(run(name))
+        def run() -> None:
+            for batch in batches:
+                loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, 65), batch[:, 1:].reshape(-1))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+        return run
+
+    # one warm-up pass each, then rounds of one pass each, the order alternating
+    timing = interleaved({name: one_pass(name) for name in models}, device, args.repeats, warmup=1)
+    samples = {name: [t / len(batches) for t in timing.samples[name]] for name in models}  # seconds per step
     tokens = c["batch"] * c["context"]
-    rows = {name: {"median_ms": statistics.median(s) * 1e3, "min_ms": min(s) * 1e3,
-                   "tokens_per_s": tokens / statistics.median(s), "samples_ms": [x * 1e3 for x in s]}
+    rows = {name: {"median_ms": median(s) * 1e3, "min_ms": min(s) * 1e3,
+                   "tokens_per_s": tokens / median(s), "samples_ms": [x * 1e3 for x in s]}
             for name, s in samples.items()}
     ratio = rows["torch"]["median_ms"] / rows["ours"]["median_ms"]
     ratio_best = rows["torch"]["min_ms"] / rows["ours"]["min_ms"]

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
 from transformer_book.decoding import generate
 from transformer_book.models import GPT, GPTConfig, Transformer, TransformerConfig
-from timing import timed  # noqa: E402 - the sibling module benchmarks/timing.py
+from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.runtime import machine_description
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "kv_cache_speed.json"
@@ -64,11 +63,9 @@ def run(device_name: str, new_tokens: int, prompt: int, repeats: int, threads: i
         paths = {"recompute": make(False), "cache": make(True)}
         outputs = {k: f() for k, f in paths.items()}  # also the warm-up
         assert torch.equal(outputs["recompute"], outputs["cache"]), f"{name}: the two paths generated different tokens"
-        samples = {k: [] for k in paths}
-        for r in range(repeats):
-            for k in (list(paths) if r % 2 == 0 else list(reversed(paths))):
-                samples[k].append(timed(paths[k], device))
-        median = {k: statistics.median(v) for k, v in samples.items()}
+        timing = interleaved(paths, device, repeats, warmup=0)  # the check above was the warm-up
+        samples = timing.samples
+        median = {k: timing.median(k) for k in paths}
         rows.append({"model": name, "parameters": params, "recompute_s": median["recompute"], "cache_s": median["cache"],
                      "recompute_tokens_per_s": new_tokens / median["recompute"],
                      "cache_tokens_per_s": new_tokens / median["cache"],

@@ -28,25 +28,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.attention import MultiHeadAttention
 from transformer_book.runtime import machine_description
 from transformer_book.twins import torch_multihead_attention
 
 BATCH, LENGTH, D_MODEL, N_HEADS = 32, 128, 256, 8
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "mha_speed.json"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _step_function(module: torch.nn.Module, x: torch.Tensor, upstream: torch.Tensor, need_weights: bool):
@@ -58,16 +51,6 @@ def _step_function(module: torch.nn.Module, x: torch.Tensor, upstream: torch.Ten
         torch.autograd.grad(out, inputs, grad_outputs=upstream)
 
     return step
-
-
-def _time_block(step, inner: int, device: torch.device) -> float:
-    """Seconds per call over ``inner`` consecutive calls."""
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(inner):
-        step()
-    _sync(device)
-    return (time.perf_counter() - start) / inner
 
 
 def run(
@@ -104,21 +87,12 @@ def run(
         "ours, explicit (need_weights=True)": _step_function(ours, x, upstream, need_weights=True),
     }
     names = list(contenders)
-    for step in contenders.values():  # warm-up: allocator, kernels, thread pools
-        for _ in range(warmup):
-            step()
-    _sync(device)
-    # calibrate: enough calls per measurement that a block lasts at least min_block_s
-    single = {name: _time_block(step, 1, device) for name, step in contenders.items()}
-    inner = max(1, math.ceil(min_block_s / max(min(single.values()), 1e-9)))
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
-        for name in order:
-            samples[name].append(_time_block(contenders[name], inner, device) * 1e3)
-
-    medians = {name: statistics.median(v) for name, v in samples.items()}
-    minima = {name: min(v) for name, v in samples.items()}
+    # warm-up, then blocks of enough calls to last min_block_s, in rounds whose order rotates
+    timing = interleaved(contenders, device, repeats, warmup=warmup, min_block_s=min_block_s)
+    inner = timing.calls_per_block
+    samples = {name: [t * 1e3 for t in timing.samples[name]] for name in names}  # ms per call
+    medians = {name: timing.median(name) * 1e3 for name in names}
+    minima = {name: timing.best(name) * 1e3 for name in names}
     baseline = "torch nn.MultiheadAttention (need_weights=False)"
     return {
         "benchmark": "mha_speed: multi-head self-attention, forward + backward",

@@ -1,20 +1,102 @@
-"""What the benchmarks share: the wall time of one call, with the GPU's queue drained on both sides."""
+"""What the benchmarks share: the wall time of a call, and side-by-side timing in interleaved rounds.
+
+Every benchmark of this folder times its contenders the same way: an untimed warm-up, then
+``repeats`` rounds in which every contender is measured once, the order rotating each round (so
+that no contender always runs first, or always right after the same other one), each measurement
+a block of consecutive calls lasting at least ``min_block_s``. The reported figures are the median
+over rounds and the best (minimum) round; on a busy machine the minimum is the steadier estimate
+of the undisturbed cost. On CUDA the GPU's queue is drained (``torch.cuda.synchronize()``) before
+a clock is read, so that the kernels a block queued are counted in it.
+"""
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def timed(fn: Callable[[], Any], device: torch.device) -> float:
     """Seconds that ``fn()`` takes, ``torch.cuda.synchronize()`` before and after on CUDA so that
     the kernels it queued are counted."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    return time_block(fn, 1, device)
+
+
+def time_block(fn: Callable[[], Any], calls: int, device: torch.device) -> float:
+    """Seconds per call over ``calls`` consecutive calls of ``fn``, synchronised on CUDA."""
+    if calls < 1:
+        raise ValueError(f"time_block: calls must be at least 1, got {calls}")
+    _sync(device)
     start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - start) / calls
+
+
+def rotated(names: list[str], round_: int) -> list[str]:
+    """The order of round ``round_``: ``names`` rotated left by ``round_`` places (for two
+    contenders: alternating)."""
+    k = round_ % len(names)
+    return names[k:] + names[:k]
+
+
+@dataclass
+class Interleaved:
+    """Samples of :func:`interleaved`: seconds per call, one per round, for every contender."""
+
+    samples: dict[str, list[float]]
+    calls_per_block: int
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.samples[name])
+
+    def best(self, name: str) -> float:
+        return min(self.samples[name])
+
+    def worst(self, name: str) -> float:
+        return max(self.samples[name])
+
+
+def interleaved(
+    contenders: dict[str, Callable[[], Any]],
+    device: torch.device,
+    repeats: int,
+    *,
+    warmup: int = 1,
+    min_block_s: float = 0.0,
+) -> Interleaved:
+    """Time every contender in ``repeats`` interleaved rounds, the order rotating each round.
+
+    First ``warmup`` untimed calls of each contender (allocator, kernels, thread pools, optimizer
+    state). With ``min_block_s > 0``, one timed call of each then calibrates the block: enough
+    consecutive calls that a block of the fastest contender lasts at least ``min_block_s``, the
+    same number for all. With ``min_block_s <= 0`` a block is one call and nothing is calibrated.
+    """
+    if repeats < 1:
+        raise ValueError(f"interleaved: repeats must be at least 1, got {repeats}")
+    if not contenders:
+        raise ValueError("interleaved: no contenders")
+    names = list(contenders)
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    _sync(device)
+    calls = 1
+    if min_block_s > 0:
+        single = min(time_block(fn, 1, device) for fn in contenders.values())
+        calls = max(1, math.ceil(min_block_s / max(single, 1e-9)))
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in rotated(names, r):
+            samples[name].append(time_block(contenders[name], calls, device))
+    return Interleaved(samples, calls)

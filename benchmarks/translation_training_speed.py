@@ -48,9 +48,7 @@ import json
 import math
 import os
 import platform
-import statistics
 import tempfile
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -58,6 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.models import Transformer, TransformerConfig, shift_right
 from transformer_book.positional import SinusoidalPositionalEncoding
 from transformer_book.runtime import machine_description
@@ -84,11 +83,6 @@ def _load_average() -> float | None:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class TorchTranslator(nn.Module):
@@ -231,16 +225,6 @@ def _step_function(model: nn.Module, optimizer: torch.optim.Optimizer, batches, 
     return one_pass
 
 
-def _time_block(one_pass, passes: int, device: torch.device) -> float:
-    """Seconds per pass over ``passes`` consecutive passes."""
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(passes):
-        one_pass()
-    _sync(device)
-    return (time.perf_counter() - start) / passes
-
-
 def run(
     device_name: str = "cpu",
     repeats: int = 7,
@@ -284,18 +268,10 @@ def run(
         for name, model in (("ours", ours), ("torch", theirs))
     }
     names = list(contenders)
-    for one_pass in contenders.values():  # warm-up: allocator, kernels, thread pools, optimizer state
-        for _ in range(warmup):
-            one_pass()
-    _sync(device)
-    # calibrate: enough passes per measurement that a block lasts at least min_block_s
-    single = {name: _time_block(one_pass, 1, device) for name, one_pass in contenders.items()}
-    passes = max(1, math.ceil(min_block_s / max(min(single.values()), 1e-9)))
-    samples: dict[str, list[float]] = {name: [] for name in names}  # seconds per pass
-    for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
-        for name in order:
-            samples[name].append(_time_block(contenders[name], passes, device))
+    # warm-up passes, then blocks of enough passes to last min_block_s, in rounds whose order rotates
+    timing = interleaved(contenders, device, repeats, warmup=warmup, min_block_s=min_block_s)
+    passes = timing.calls_per_block
+    samples = timing.samples  # seconds per pass
 
     steps = len(batches)
     tokens_per_pass = sum(int((tgt_out != PAD).sum()) for _, _, tgt_out in batches)
@@ -303,7 +279,7 @@ def run(
     padded = sum(tgt_out.numel() for _, _, tgt_out in batches)
     rows = []
     for name in names:
-        median, minimum = statistics.median(samples[name]), min(samples[name])
+        median, minimum = timing.median(name), timing.best(name)
         rows.append({
             "implementation": name,
             "median_ms_per_step": median / steps * 1e3,

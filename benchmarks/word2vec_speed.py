@@ -19,7 +19,7 @@ alpha = 0.75, a rank-``--dim`` SVD) over the same rounds.
 Usage::
 
     python benchmarks/word2vec_speed.py [--threads 2] [--rounds 3] [--architectures skipgram cbow]
-        [--device cpu|cuda] [--ppmi] [--output PATH]
+        [--device cpu|cuda] [--ppmi] [--sentences N] [--output PATH]
 
 Prints a Markdown table and writes JSON (default ``benchmarks/results/word2vec_speed.json``).
 Not run by CI.
@@ -87,12 +87,18 @@ def main() -> None:
     parser.add_argument("--architectures", nargs="+", default=["skipgram", "cbow"], choices=["skipgram", "cbow"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--ppmi", action="store_true")
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="only the first N sentences of the corpus (smoke runs; default: all of it)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
+    if args.sentences is not None and args.sentences < 1:
+        parser.error("--sentences must be at least 1")
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sentences = data.load_wikitext2("train")
+    whole_corpus = args.sentences is None or args.sentences >= len(sentences)
+    sentences = sentences[: args.sentences]
     n_tokens = sum(map(len, sentences))
     vocab = Vocab.build((w for s in sentences for w in s), min_count=5)
     corpus = encode_corpus(sentences, vocab)
@@ -139,7 +145,8 @@ def main() -> None:
         summary[name] = {key: {"median": statistics.median(r[key] for r in values),
                                "min": min(r[key] for r in values), "max": max(r[key] for r in values)}
                          for key in values[0]}
-    lines = [f"word2vec on WikiText-2 ({n_tokens:,} tokens, {len(vocab):,} words), {args.epochs} epochs, d={args.dim}; "
+    part = "" if whole_corpus else f" (first {len(sentences):,} sentences)"
+    lines = [f"word2vec on WikiText-2{part} ({n_tokens:,} tokens, {len(vocab):,} words), {args.epochs} epochs, d={args.dim}; "
              f"{machine_description(device)}, torch {torch.__version__}, {args.threads} threads; medians over "
              f"{args.rounds} seeds (min-max)", "",
              "| contender | seconds | words/s | ratio to gensim | WordSim353 | SimLex-999 | analogy (3CosAdd) |",
@@ -164,7 +171,8 @@ def main() -> None:
     args.output.write_text(json.dumps({
         "machine": machine_description(device), "device": str(device), "torch": torch.__version__, "threads": args.threads,
         "cpu_count": os.cpu_count(), "epochs": args.epochs, "dim": args.dim, "tokens": n_tokens,
-        "vocab": len(vocab), "runs": runs, "summary": summary, "ppmi_svd": ppmi_runs, "table": table,
+        "vocab": len(vocab), "whole_corpus": whole_corpus, "runs": runs, "summary": summary, "ppmi_svd": ppmi_runs,
+        "table": table,
     }, indent=2) + "\n")
 
 

@@ -235,6 +235,44 @@ REASONS: dict[str, dict[str, Reason]] = {
         "gensim's 1.22M (0.34x)")},
 }
 
+_H100 = ("one NVIDIA H100 80GB HBM3 (16 CPU cores), torch 2.11.0+cu130, 2026-11-23: benchmarks/diagnose.py, "
+         "results in benchmarks/results/diagnose_cuda.json")
+_LAUNCH_BOUND = ("at batch 1 a decoding step costs its kernel launches and Python, not its arithmetic: a cached step "
+                 "and a whole forward pass over 256 positions take the same time, so the cache has nothing to save")
+_CUDA_REASONS: dict[str, Reason] = {
+    "gpt_training": Reason(
+        "at this size (4 layers, width 128, 12 x 64 tokens) a step is bound by kernel launches: the written-out "
+        "LayerNorm adds kernels to every call, and GPT's check that the ids lie in the vocabulary waits for the GPU "
+        "once a step; compiling (fit's default on CUDA) fuses the LayerNorm but keeps the wait",
+        f"{_H100}: a step eager 10.49 ms vs twin 7.31; with F.layer_norm in the book's LayerNorm 8.62; both "
+        "compiled 8.85 vs 5.74"),
+    "bert_pretraining": Reason(
+        "the written-out LayerNorm: with F.layer_norm swapped in, the book's BERT is faster than its twin",
+        f"{_H100}: time ratio 1.18 -> 0.90 with F.layer_norm (3 rounds of 5 steps)"),
+    "translation_training": Reason(
+        "mostly the written-out LayerNorm (17 calls a step, each several small kernels on a launch-bound step); "
+        "what remains with F.layer_norm (ratio 1.18) was not traced",
+        f"{_H100}: time ratio 1.72 -> 1.18 with F.layer_norm (3 rounds; this table's own run measured 1.37)"),
+    "kv_cache_gpt": Reason(_LAUNCH_BOUND,
+                           f"{_H100}: GPT (6 layers, width 384) cached step 2.88 ms at prefixes of 8 and of 256; "
+                           "forward pass 2.68 ms over 8 positions, 2.98 ms over 256"),
+    "kv_cache_translator": Reason(_LAUNCH_BOUND + " (measured on the GPT; the translator's steps were not timed "
+                                  "separately)",
+                                  f"{_H100}: GPT (6 layers, width 384) cached step 2.88 ms at prefixes of 8 and of "
+                                  "256; forward pass 2.68 ms over 8 positions, 2.98 ms over 256"),
+    "word2vec_skipgram": Reason(
+        "faster than gensim on all cores (issue 11's aim) but not five times (issue 7's): each epoch's examples "
+        "are made on one CPU core (0.49 s an epoch, overlapped with the GPU's training of the "
+        "epoch before) and the GPU's gathers and scatters take the rest; five times gensim would need the examples "
+        "made on the GPU too",
+        f"{_H100}: 0.49 s an epoch to make and shuffle the examples; 0.75 s an epoch of training in all"),
+    "word2vec_cbow": Reason(
+        "bound by making the examples on one CPU core: 0.46 s of each epoch's 0.50 s; the GPU waits for them",
+        f"{_H100}: 0.46 s an epoch to make and shuffle the windows; 0.50 s an epoch of training in all"),
+}
+for _key, _reason in _CUDA_REASONS.items():
+    REASONS.setdefault(_key, {})["cuda"] = _reason
+
 
 NOT_ANALYSED = "not analysed on this device"
 
@@ -353,8 +391,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and one round, to check the harness")
     parser.add_argument("--only", nargs="*", default=None, help="run only these scripts (names without .py)")
-    parser.add_argument("--output-dir", type=Path, default=HERE / "results")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="default: results/ for the CPU, results/cuda/ for a GPU")
+    parser.add_argument("--reassess", type=Path, default=None, metavar="SUMMARY_JSON",
+                        help="re-apply the current aims and measured causes to a stored summary.json (and rewrite "
+                             "its summary.md) without running anything")
     args = parser.parse_args(argv)
+    if args.reassess is not None:
+        document = json.loads(args.reassess.read_text())
+        for row in document["rows"]:
+            assess(row, document["device"])
+        args.reassess.write_text(json.dumps(document, indent=2) + "\n")
+        args.reassess.with_suffix(".md").write_text(markdown(document))
+        print(markdown(document))
+        return 0
+    if args.output_dir is None:
+        args.output_dir = HERE / "results" / ("cuda" if args.device.startswith("cuda") else "")
     rows, failed = [], {}
     with tempfile.TemporaryDirectory() as scratch:
         for script, script_args, adapter in benchmarks(args.device, args.smoke):

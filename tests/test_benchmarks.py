@@ -120,7 +120,12 @@ def test_a_reason_belongs_to_the_device_it_was_measured_on():
     assert fine["met"] is True and fine["why"] is None
     # on a GPU: gensim on all 16 cores (issue 11) and at least 5x (issue 7); no CPU profile is reused
     gpu = run_all.assess(row(0.5, threads=16, cpu_count=16), "cuda:0")
-    assert gpu["met"] is False and gpu["why"] == run_all.NOT_ANALYSED and gpu["why_evidence"] is None
+    assert gpu["met"] is False and gpu["why"] == run_all.REASONS["word2vec_cbow"]["cuda"].text
+    assert gpu["why"] != run_all.REASONS["word2vec_cbow"]["cpu"].text and "H100" in gpu["why_evidence"]
+    # a row whose cause was measured on the CPU only says so on a GPU, reusing nothing
+    sdpa = run_all.assess({"key": "sdpa_function", "ratio": 4.0, "book_median": 4.0, "conditions": {}}, "cuda")
+    assert "cpu" in run_all.REASONS["sdpa_function"] and "cuda" not in run_all.REASONS["sdpa_function"]
+    assert sdpa["why"] == run_all.NOT_ANALYSED and sdpa["why_evidence"] is None
     assert "issue 7" in gpu["aim_source"] and "issue 11" in gpu["aim_source"]
     assert run_all.assess(row(0.1, threads=16, cpu_count=16), "cuda")["met"] is True
     # gensim on fewer cores than the machine has: issue 11's aim does not apply, so nothing is claimed

@@ -463,3 +463,53 @@ def test_permutation_equivariance_of_self_attention(need_weights):
     if need_weights:
         torch.testing.assert_close(weights_p, weights[:, :, perm][:, :, :, perm], **TOL)
     assert not torch.allclose(out_p, out)  # the permutation did move something
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("with_padding", [False, True])
+def test_causal_flag_equals_the_causal_mask(need_weights, with_padding):
+    """``causal=True`` is the causal mask of chapter 2, on both paths, alone or OR-ed with padding."""
+    mha = _mha().eval()
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 6, 16, generator=g, dtype=F64)
+    padding = torch.zeros(3, 1, 6, dtype=torch.bool)
+    padding[1, 0, 4:] = True
+    mask = combine_masks(padding, causal_mask(6)) if with_padding else causal_mask(6)
+    expected, expected_weights = mha(x, x, x, mask, need_weights=need_weights)
+    got, got_weights = mha(x, x, x, padding if with_padding else None, need_weights=need_weights, causal=True)
+    torch.testing.assert_close(got, expected, **TOL)
+    if need_weights:
+        torch.testing.assert_close(got_weights, expected_weights, **TOL)
+        assert bool((got_weights[..., :, :][causal_mask(6).expand_as(got_weights)] == 0).all())
+
+
+def test_causal_flag_with_fewer_queries_than_keys_aligns_with_the_last_query():
+    """With earlier keys (a cache), query i of n sees keys up to i + m - n: the last query sees all."""
+    mha = _mha().eval()
+    g = torch.Generator().manual_seed(8)
+    memory = torch.randn(2, 7, 16, generator=g, dtype=F64)
+    queries = memory[:, 4:]                                       # the last 3 of 7 positions
+    full, _ = mha(memory, memory, memory, causal_mask(7), need_weights=False)
+    for need_weights in (True, False):
+        got, _ = mha(queries, memory, memory, need_weights=need_weights, causal=True)
+        torch.testing.assert_close(got, full[:, 4:], **TOL)
+
+
+def test_causal_flag_reaches_the_fused_kernel_as_is_causal(monkeypatch):
+    """With no other mask or bias the fused path passes ``is_causal=True`` and no mask tensor."""
+    import transformer_book.attention as attention_module
+
+    calls = []
+    real = attention_module.F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
+    mha = _mha().eval()
+    x = torch.randn(2, 5, 16, dtype=F64)
+    mha(x, x, x, need_weights=False, causal=True)
+    assert calls[-1].get("is_causal") is True and calls[-1].get("attn_mask") is None
+    mha(x, x, x, torch.zeros(2, 1, 5, dtype=torch.bool), need_weights=False, causal=True)
+    assert not calls[-1].get("is_causal") and calls[-1]["attn_mask"] is not None  # the padding needs a mask

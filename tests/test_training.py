@@ -188,7 +188,8 @@ def test_fit_reduces_the_loss():
     assert history.val_loss[-1][1] < history.val_loss[0][1] < math.log(V)
     assert len(history.tokens_per_s) == 6 and all(r > 0 for _, r in history.tokens_per_s)
     assert history.lr[4][1] == pytest.approx(3e-2)  # peak at the warm-up step
-    assert set(history.to_dict()) == {"train_loss", "val_loss", "lr", "tokens_per_s", "train_time_s"}
+    assert set(history.to_dict()) == {"train_loss", "val_loss", "lr", "tokens_per_s", "train_time_s", "mfu"}
+    assert history.mfu == []  # no flops_per_token given (and no known peak on the CPU)
     assert History.from_dict(history.to_dict()) == history
     # training time: at every log and validation step, increasing
     assert [s for s, _ in history.train_time_s] == [10, 20, 30, 40, 50, 60]
@@ -444,3 +445,73 @@ def test_resuming_from_a_checkpoint_of_another_format_version_fails_clearly(tmp_
     with pytest.raises(ValueError, match="checkpoint format_version 99, expected 1"):
         fit(model, lambda s: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
             language_model_loss(), config, resume=True, progress=False)
+
+
+# ----------------------------------------------------------------------------- compile and MFU
+
+def _gpt_run(**config_overrides):
+    from transformer_book.data import RandomWindows
+    from transformer_book.models import GPT, GPTConfig
+    from transformer_book.training import language_model_loss
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(20, context=16, d_model=32, n_heads=2, n_layers=2, dropout=0.0))
+    ids = torch.randint(0, 20, (500,), generator=torch.Generator().manual_seed(1))
+    config = TrainConfig(**{**dict(steps=6, lr=3e-3, warmup_steps=2, schedule="cosine", smoothing=0.0,
+                                   log_every=3, eval_every=100), **config_overrides})
+    history = fit(model, RandomWindows(ids, 16, 4, seed=0), language_model_loss(), config, progress=False)
+    return model, history
+
+
+# Dynamo reads .grad of non-leaf tensors while it traces (a warning of torch's own, turned into an
+# error by this suite's warnings-as-errors).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+def test_compiled_training_matches_eager_training():
+    """``compile=True`` (torch.compile's inductor, on the CPU here) trains the same model: the
+    same losses step by step and the same weights, to float32 rounding."""
+    eager_model, eager = _gpt_run(compile=False)
+    compiled_model, compiled = _gpt_run(compile=True)
+    eager_losses, compiled_losses = [v for _, v in eager.train_loss], [v for _, v in compiled.train_loss]
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
+    compared = 0
+    for (name, a), b in zip(eager_model.named_parameters(), compiled_model.parameters()):
+        if name.endswith("w_k.bias"):
+            # Its true gradient is zero (adding q.b_k to a whole row of scores leaves the softmax
+            # unchanged), so AdamW turns rounding noise into full-size steps: nothing to compare.
+            continue
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+        compared += 1
+    assert compared == len(list(eager_model.parameters())) - 2
+
+
+def test_compile_defaults_to_off_on_the_cpu(monkeypatch):
+    """``compile=None`` compiles on CUDA only: on the CPU torch.compile is never called."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.compile called on the CPU with compile=None")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    _gpt_run(compile=None)
+
+
+def test_mfu_is_logged_from_tokens_per_second_and_the_peak(monkeypatch):
+    """With ``flops_per_token`` and a known peak, every logging window records
+    tokens/s x FLOPs per token / peak (the peak is patched in: the CPU has none)."""
+    import transformer_book.training as training_module
+
+    monkeypatch.setattr(training_module, "peak_flops", lambda device: 1e9)
+    _, history = _gpt_run(flops_per_token=2e5)
+    assert [s for s, _ in history.mfu] == [s for s, _ in history.tokens_per_s] == [3, 6]
+    for (_, rate), (_, utilisation) in zip(history.tokens_per_s, history.mfu):
+        assert utilisation == pytest.approx(rate * 2e5 / 1e9)
+    _, without = _gpt_run()
+    assert without.mfu == []
+
+
+@pytest.mark.parametrize("field, value, pattern", [
+    ("compile", "yes", "compile must be None, True or False"),
+    ("flops_per_token", 0.0, "flops_per_token must be positive"),
+    ("compile_mode", "fastest", "compile_mode must be one of"),
+])
+def test_compile_and_flops_settings_are_checked(field, value, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        TrainConfig(**{field: value})

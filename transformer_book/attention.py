@@ -193,6 +193,12 @@ class MultiHeadAttention(nn.Module):
     with ``need_weights=False`` PyTorch's fused ``F.scaled_dot_product_attention`` runs and the
     weights are ``None``.
 
+    ``causal=True`` also excludes every later key: query ``i`` of ``n`` sees keys ``j <= i + m - n``
+    (the causal mask of chapter 2, aligned with the last query when a cache holds earlier keys).
+    It equals passing that mask, but on the fused path with no other mask or bias it reaches
+    the kernel as ``is_causal=True``, which lets PyTorch pick its flash-attention kernel: no
+    ``(n, m)`` mask is built or read.
+
     Args:
         d_model: model width; must be divisible by ``n_heads``.
         n_heads: number of heads ``h``.
@@ -262,6 +268,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = True,
         bias: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, n, m = self._check_inputs(query, key, value)
         # (B, length, d_model) -> (B, h, length, d_k): split the features into heads.
@@ -274,24 +281,30 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:  # self-attention while decoding: the earlier positions' too
                 k, v = cache.update(k, v)
         mask = self._head_mask(mask, batch, n, k.shape[2])
+        if causal and (need_weights or mask is not None or bias is not None or n != k.shape[2]):
+            future = torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).triu(k.shape[2] - n + 1)
+            mask, causal = future if mask is None else mask | future, False  # the mask of chapter 2
         p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
             if p > 0:  # dropout acts on the weights that multiply V; the clean ones are returned
                 heads = torch.matmul(F.dropout(weights, p, training=True), v)
         else:
-            heads, weights = self._fused_attention(q, k, v, mask, bias, p), None
+            heads, weights = self._fused_attention(q, k, v, mask, bias, p, causal), None
         # (B, h, n, d_k) -> (B, n, h * d_k): concatenate the heads, then mix them with W^O.
         heads = heads.transpose(1, 2).reshape(batch, n, self.d_model)
         return self.w_o(heads), weights
 
     @staticmethod
-    def _fused_attention(q, k, v, mask, bias, p):  # noqa: ANN001, ANN205 - private
+    def _fused_attention(q, k, v, mask, bias, p, causal=False):  # noqa: ANN001, ANN205 - private
         """``F.scaled_dot_product_attention`` in the book's conventions.
 
         Fully masked rows are computed unmasked, then zeroed, so that no kernel ever sees a
         row of -inf (some return NaN for it) and the result equals the explicit path.
+        ``causal`` arrives only with no mask and no bias: the kernel builds the mask itself.
         """
+        if causal:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         if mask is None:
             if bias is not None:
                 _check_bias(bias, torch.empty(q.shape[:-1] + (k.shape[-2],), device="meta"))

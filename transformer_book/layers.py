@@ -136,6 +136,8 @@ class EncoderLayer(nn.Module):
     ``(B, 1, n)``). Returns ``(B, n, d_model)``, or ``(output, weights (B, h, n, n))`` with
     ``need_weights=True``. With a :class:`~transformer_book.attention.KVCache` the
     self-attention also reads the keys and values of earlier calls (incremental decoding).
+    ``causal=True`` hides later positions as the causal mask would (see
+    :class:`~transformer_book.attention.MultiHeadAttention`).
     """
 
     def __init__(
@@ -162,10 +164,10 @@ class EncoderLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False,
-        cache: KVCache | None = None,
+        cache: KVCache | None = None, causal: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights, cache=cache)
+            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights, cache=cache, causal=causal)
             return self.dropout1(out), weights
 
         if self.norm_first:

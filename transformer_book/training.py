@@ -39,6 +39,7 @@ from torch.optim.lr_scheduler import LambdaLR
 # unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
 from tqdm.std import tqdm
 
+from transformer_book.flops import mfu, peak_flops
 from transformer_book.models import BERT, BERTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
 from transformer_book.runtime import seed_everything
 from transformer_book.subword import SubwordTokenizer
@@ -63,6 +64,7 @@ __all__ = [
 CHECKPOINT_VERSION = 1
 """Format version written into every checkpoint; :func:`fit` refuses other versions."""
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def label_smoothed_cross_entropy(
@@ -245,6 +247,18 @@ class TrainConfig:
     whichever comes first: how to compare models at equal training time. The number of steps
     then depends on the machine's speed, so a run with a budget is repeatable only as far as
     the machine's timing is.
+
+    ``compile`` runs the training step (the model's forward and the loss; the backward follows)
+    through ``torch.compile``: ``None`` (default) compiles on CUDA only, where fusing the many
+    small kernels of LayerNorm, GELU, dropout and the residual sums pays for the compile time;
+    ``False`` never compiles (the first step then starts at once, and errors show the book's
+    own Python frames); ``True`` compiles on any device. Validation always runs uncompiled.
+    ``compile_mode`` is passed to ``torch.compile``: ``"default"``, ``"reduce-overhead"`` (CUDA
+    graphs: the step's kernels replayed with one launch, for small models whose time goes to
+    launching kernels), ``"max-autotune"`` or ``"max-autotune-no-cudagraphs"``.
+    ``flops_per_token`` (e.g. :func:`transformer_book.flops.gpt_flops_per_token`) makes
+    :func:`fit` report model FLOPs utilisation against the device's datasheet peak
+    (:func:`transformer_book.flops.peak_flops`), when that peak is known.
     """
 
     steps: int = 1000
@@ -263,6 +277,9 @@ class TrainConfig:
     checkpoint_every: int = 500
     time_budget_s: float | None = None
     min_lr_ratio: float = 0.0
+    compile: bool | None = None
+    compile_mode: str = "default"
+    flops_per_token: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "log_every", "checkpoint_every"):
@@ -290,6 +307,12 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: time_budget_s must be positive or None, got {self.time_budget_s}")
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise ValueError(f"TrainConfig: clip_norm must be positive or None, got {self.clip_norm}")
+        if self.compile not in (None, True, False):
+            raise ValueError(f"TrainConfig: compile must be None, True or False, got {self.compile!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"TrainConfig: compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+        if self.flops_per_token is not None and not self.flops_per_token > 0:
+            raise ValueError(f"TrainConfig: flops_per_token must be positive or None, got {self.flops_per_token}")
 
 
 @dataclass
@@ -298,7 +321,9 @@ class History:
 
     ``train_time_s`` holds the cumulative training time in seconds (validation and
     checkpoints excluded) at every logging and validation step, so that curves can be drawn
-    against time as well as against steps.
+    against time as well as against steps. ``mfu`` holds the model FLOPs utilisation of each
+    logging window (a fraction), when :class:`TrainConfig`'s ``flops_per_token`` is set and the
+    device's peak is known.
     """
 
     train_loss: list[tuple[int, float]] = field(default_factory=list)
@@ -306,6 +331,7 @@ class History:
     lr: list[tuple[int, float]] = field(default_factory=list)
     tokens_per_s: list[tuple[int, float]] = field(default_factory=list)
     train_time_s: list[tuple[int, float]] = field(default_factory=list)
+    mfu: list[tuple[int, float]] = field(default_factory=list)
 
     def time_at(self, step: int) -> float:
         """Training seconds spent up to ``step``, interpolated between recorded points."""
@@ -323,8 +349,12 @@ class History:
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor in a (nested) tuple, list or dict to ``device``."""
+    """Move every tensor in a (nested) tuple, list or dict to ``device``. CPU tensors bound for
+    CUDA are staged in pinned (page-locked) memory first, so that the copy runs asynchronously
+    (``non_blocking``) while the GPU works on what was queued before it."""
     if isinstance(batch, torch.Tensor):
+        if device.type == "cuda" and batch.device.type == "cpu":
+            batch = batch.pin_memory()
         return batch.to(device, non_blocking=True)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple such as Seq2SeqBatch
         return type(batch)(*(_to_device(b, device) for b in batch))
@@ -392,8 +422,8 @@ def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
 
 
 class _LossModule(nn.Module):
-    """The loss as a module, so that DistributedDataParallel sees the whole computation (loss
-    functions call methods other than ``forward``, such as BERT's ``encode``)."""
+    """The loss as a module, so that DistributedDataParallel and ``torch.compile`` see the whole
+    computation (loss functions call methods other than ``forward``, such as BERT's ``encode``)."""
 
     def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]) -> None:
         super().__init__()
@@ -567,11 +597,22 @@ def fit(
         for tensor in model.state_dict().values():
             dist.broadcast(tensor, src=0)
         ddp = DistributedDataParallel(_LossModule(model, loss_fn), find_unused_parameters=True)
+    step_module = ddp if world_size > 1 else _LossModule(model, loss_fn)
+    if config.compile if config.compile is not None else device.type == "cuda":
+        step_module = torch.compile(step_module, mode=config.compile_mode)
+    peak = peak_flops(device) if config.flops_per_token is not None else None
+
+    def fetch(step: int) -> Any:
+        """Step ``step``'s batch (this rank's share of it), on the device."""
+        batch = train_batches(step)
+        return _to_device(shard_batch(batch, rank, world_size) if world_size > 1 else batch, device)
+
     model.train()
     bar = tqdm(total=config.steps, initial=start, disable=not progress or rank != 0, desc="train",
                dynamic_ncols=True)
     window_tokens, window_seconds, postfix = 0, 0.0, {}
     train_seconds = history.train_time_s[-1][1] if history.train_time_s else 0.0
+    upcoming = None
     try:
         for step in range(start, config.steps):
             if config.time_budget_s is not None and train_seconds >= config.time_budget_s:
@@ -579,13 +620,14 @@ def fit(
             done = step + 1
             step_start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
+            batch, upcoming = (upcoming if upcoming is not None else fetch(step)), None
+            with autocast():
+                loss, n_tokens = step_module(batch)
+            if device.type == "cuda" and done < config.steps:
+                upcoming = fetch(done)  # made and sent while the GPU computes this step's forward pass
             if world_size == 1:
-                with autocast():
-                    loss, n_tokens = loss_fn(model, _to_device(train_batches(step), device))
                 value = loss.detach().item()
             else:
-                with autocast():
-                    loss, n_tokens = ddp(_to_device(shard_batch(train_batches(step), rank, world_size), device))
                 counts = torch.tensor([float(n_tokens), loss.detach().float().item() * float(n_tokens)], device=device)
                 dist.all_reduce(counts)                      # global tokens, and the global sum of the loss
                 value = (counts[1] / counts[0]).item()
@@ -622,6 +664,9 @@ def fit(
                 rate = window_tokens / window_seconds if window_seconds > 0 else float("nan")
                 history.tokens_per_s.append((done, rate))
                 postfix.update(loss=f"{value:.4f}", tok_s=f"{rate:,.0f}")
+                if peak is not None and math.isfinite(rate):
+                    history.mfu.append((done, mfu(rate / world_size, config.flops_per_token, peak)))
+                    postfix["mfu"] = f"{history.mfu[-1][1]:.1%}"
                 bar.set_postfix(postfix, refresh=False)
                 window_tokens, window_seconds = 0, 0.0
             if logged or validated:

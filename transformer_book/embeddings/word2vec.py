@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -221,10 +222,12 @@ class Word2VecResult:
 def _step_scale(rows: torch.Tensor, vocab_size: int, cap: float, *more_rows: torch.Tensor) -> torch.Tensor:
     """``(|V|,)`` factors ``min(1, cap / m_w)``, with ``m_w`` the occurrences of word ``w`` in
     ``rows`` (and ``more_rows``): a word's summed update is at most ``cap`` ordinary steps."""
-    occurrences = torch.bincount(rows, minlength=vocab_size)
-    for extra in more_rows:
-        occurrences += torch.bincount(extra, minlength=vocab_size)
-    return (cap / occurrences.clamp(min=1).to(torch.float32)).clamp(max=1.0)
+    # Counted by index_add_ rather than bincount, which on a GPU waits for the device to learn
+    # the largest id; whole numbers below 2**24 add exactly in float32, in any order.
+    occurrences = torch.zeros(vocab_size, device=rows.device)
+    for some in (rows, *more_rows):
+        occurrences.index_add_(0, some, torch.ones(len(some), device=rows.device))
+    return (cap / occurrences.clamp(min=1)).clamp(max=1.0)
 
 
 class AliasSampler:
@@ -324,28 +327,41 @@ def train_word2vec(
     # training, and back to PyTorch's default after.
     torch.set_flush_denormal(True)
     start = time.perf_counter()
-    bar = None
+    bar = background = None
     try:
         planned = None
         done = 0
-        for epoch in range(config.epochs):
+        def examples() -> tuple[torch.Tensor, torch.Tensor]:
+            """One epoch's examples, shuffled, on the device (one copy per epoch, not per batch)."""
             centres_np, contexts_np = make_examples(corpus, config.window, rng, keep=keep,
                                                     reduced=config.reduced_window)
             if len(centres_np) == 0:
                 raise ValueError("train_word2vec: the corpus yields no training example (are all sentences one "
                                  "word long?)")
             order = torch.as_tensor(rng.permutation(len(centres_np)))
-            centres = torch.as_tensor(centres_np)[order]
-            contexts = torch.as_tensor(contexts_np)[order]
+            return torch.as_tensor(centres_np)[order].to(device), torch.as_tensor(contexts_np)[order].to(device)
+
+        # On a GPU the CPU makes epoch e + 1's examples while the GPU trains on epoch e. The
+        # generator rng is used in the same order either way, so the examples are the same.
+        background = ThreadPoolExecutor(max_workers=1) if device.type == "cuda" else None
+        upcoming = None
+        for epoch in range(config.epochs):
+            centres, contexts = upcoming.result() if upcoming is not None else examples()
+            if background is not None and epoch + 1 < config.epochs:
+                upcoming = background.submit(examples)
             if planned is None:
                 planned = len(centres) * config.epochs
                 bar = tqdm(total=planned, disable=not progress, desc=config.architecture, unit="ex",
                            unit_scale=True, dynamic_ncols=True)
-            loss_sum, n_predicted = 0.0, 0
+            # The loss is summed where it is computed (float32 per batch, added in float64) and read
+            # every step on the CPU, every 50 steps on a GPU, whose work then runs ahead unhindered.
+            loss_sum, n_predicted = torch.zeros((), dtype=torch.float64, device=device), 0
+            checked = 0.0
+            last_step = -(-len(centres) // config.batch_size) - 1
             for step, begin in enumerate(range(0, len(centres), config.batch_size)):
                 lr = max(lr_min, lr0 * (1.0 - done / planned))
-                centre = centres[begin:begin + config.batch_size].to(device, non_blocking=True)
-                context = contexts[begin:begin + config.batch_size].to(device, non_blocking=True)
+                centre = centres[begin:begin + config.batch_size]
+                context = contexts[begin:begin + config.batch_size]
                 n = len(centre)
                 if config.architecture == "skipgram":
                     inputs, target = centre, context  # v_w of the centre predicts u_c of the context
@@ -363,12 +379,13 @@ def train_word2vec(
                 u_neg = w_out.index_select(0, negative).view(groups, k, d)
                 grad_v, grad_pos, grad_neg, loss = sgns_gradients(v, u_pos, u_neg)
                 grad_v, grad_pos, loss = grad_v[:n], grad_pos[:n], loss[:n]
-                batch_loss = float(loss.sum())
-                if not math.isfinite(batch_loss):
-                    raise RuntimeError(f"train_word2vec: the loss became {batch_loss} at epoch {epoch + 1}, step "
-                                       f"{step + 1}; lower lr or row_step_cap")
-                loss_sum += batch_loss
+                loss_sum += loss.sum().double()
                 n_predicted += n
+                if device.type != "cuda" or step % 50 == 0 or step == last_step:
+                    checked = loss_sum.item()
+                    if not math.isfinite(checked):
+                        raise RuntimeError(f"train_word2vec: the loss became {checked} at epoch {epoch + 1}, by step "
+                                           f"{step + 1}; lower lr or row_step_cap")
                 scale = _step_scale(target, vocab_size, cap, negative)
                 w_out.index_add_(0, target, grad_pos.mul_(scale[target].unsqueeze(1)), alpha=-lr)
                 grad_neg = grad_neg.view(-1, d)
@@ -385,12 +402,14 @@ def train_word2vec(
                 done += n
                 bar.update(n)
                 if step % 50 == 0:
-                    bar.set_postfix(loss=f"{loss_sum / n_predicted:.3f}", lr=f"{lr:.4f}", refresh=False)
-            result.losses.append(loss_sum / n_predicted)
+                    bar.set_postfix(loss=f"{checked / n_predicted:.3f}", lr=f"{lr:.4f}", refresh=False)
+            result.losses.append(checked / n_predicted)
             result.examples += n_predicted
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     finally:
+        if background is not None:
+            background.shutdown(wait=True, cancel_futures=True)
         torch.set_flush_denormal(False)
         if bar is not None:
             bar.close()

@@ -113,7 +113,7 @@ class GPT(nn.Module):
             raise ValueError(f"GPT: tokens must be a (B, n) integer tensor, got {what}")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"GPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
-        if tokens.min() < 0 or tokens.max() >= self.config.vocab_size:
+        if bool(((tokens < 0) | (tokens >= self.config.vocab_size)).any()):  # one wait for a GPU, not two
             raise ValueError(f"GPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
                              f"vocabulary [0, {self.config.vocab_size})")
         if offset + tokens.shape[1] > self.config.context:
@@ -122,9 +122,9 @@ class GPT(nn.Module):
         return self.positional(self.embedding(tokens), offset)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        n = tokens.shape[1] if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else 0
         x = self._embed(tokens, 0)
-        return self.output(self.blocks(x, self.causal[:n, :n]))
+        # causal=True is the mask self.causal[:n, :n]; the fused path hands it to the flash kernel
+        return self.output(self.blocks(x, causal=True))
 
     def decode_step(
         self, tokens_new: torch.Tensor, caches: list[KVCache] | None = None

@@ -101,12 +101,14 @@ class Encoder(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, caches: list[KVCache] | None = None
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, caches: list[KVCache] | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         """``caches``: one :class:`~transformer_book.attention.KVCache` per layer, for a decoder-only
-        model that generates one token at a time (chapter 9)."""
+        model that generates one token at a time (chapter 9). ``causal``: every layer hides later
+        positions (as :class:`~transformer_book.attention.MultiHeadAttention`'s ``causal``)."""
         for layer, cache in zip(self.layers, caches if caches is not None else [None] * len(self.layers)):
-            x = layer(x, mask, cache=cache)
+            x = layer(x, mask, cache=cache, causal=causal)
         return self.norm(x) if self.norm is not None else x
 
 

@@ -1,0 +1,93 @@
+r"""Counting a model's arithmetic, and how much of the hardware's a training run uses (MFU).
+
+A matrix product of an :math:`(a \times b)` by a :math:`(b \times c)` matrix costs :math:`2abc`
+floating-point operations (a multiply and an add per term). For one token passing forward
+through a weight matrix of :math:`p` entries that is :math:`2p`; the backward pass computes two
+such products per matrix (the gradient of the input and of the weight), so training costs
+:math:`6p` per token and per weight that takes part in a product.
+
+For the GPT of chapter 9 with :math:`L` layers of width :math:`d`, feed-forward width
+:math:`d_{ff}`, vocabulary :math:`V` and context :math:`n`, the weights in products are
+:math:`L(4d^2 + 2 d\,d_{ff})` in the blocks plus :math:`dV` in the output layer (the token
+embedding's lookup is no product; tied or not, the output layer is one). Attention adds, per
+token and layer, the scores :math:`QK^\top` and the mixture :math:`AV`: :math:`2 \cdot 2nd`
+forward. So the training cost per token is
+
+.. math::
+
+    C = 6\bigl(L(4d^2 + 2d\,d_{ff}) + dV\bigr) + 12\,L\,n\,d
+
+(the convention of the PaLM paper's appendix, which counts the full :math:`n \times n` scores
+even under the causal mask, and ignores biases, LayerNorms, softmax and the loss, which are
+small beside the products). *Model FLOPs utilisation* is then
+
+.. math:: \text{MFU} = \frac{C \cdot \text{tokens per second}}{\text{peak FLOP/s of the device}}
+
+with the datasheet's dense peak for the number format trained in; recomputation and padding do
+not count as useful work, so MFU compares runs and hardware honestly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_book.models import GPTConfig
+
+__all__ = ["PEAK_BF16_FLOPS", "gpt_flops_per_token", "peak_flops", "mfu"]
+
+PEAK_BF16_FLOPS: dict[str, float] = {
+    "H200": 989.4e12,
+    "H100 PCIe": 756.0e12,
+    "H100 NVL": 835.0e12,
+    "H100": 989.4e12,   # SXM (its name reads "NVIDIA H100 80GB HBM3")
+    "GH200": 989.4e12,
+    "A100": 312.0e12,
+    "L40S": 362.1e12,
+    "L40": 181.0e12,
+    "L4": 121.0e12,
+}
+"""Dense (not sparse) bfloat16 tensor-core peaks in FLOP/s from NVIDIA's datasheets, keyed by a
+part of the device name; longer keys are tried first, so "H100 PCIe" wins over "H100"."""
+
+
+def gpt_flops_per_token(config: GPTConfig, context: int | None = None) -> float:
+    """Training FLOPs per token, :math:`C`, of a :class:`~transformer_book.models.GPT` trained on
+    windows of ``context`` tokens (default: ``config.context``); see the module docstring.
+
+    Raises:
+        ValueError: ``config`` not a ``GPTConfig``, or ``context`` not in ``1 .. config.context``.
+    """
+    if not isinstance(config, GPTConfig):
+        raise ValueError(f"gpt_flops_per_token: config must be a GPTConfig, got {type(config).__name__}")
+    n = config.context if context is None else context
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= config.context:
+        raise ValueError(f"gpt_flops_per_token: context must be an int in [1, {config.context}], got {context!r}")
+    d, layers = config.d_model, config.n_layers
+    weights = layers * (4 * d * d + 2 * d * config.ff_width) + d * config.vocab_size
+    return float(6 * weights + 12 * layers * n * d)
+
+
+def peak_flops(device: torch.device | str | None = None) -> float | None:
+    """The datasheet's dense bfloat16 peak of a CUDA device (FLOP/s), or ``None`` for the CPU and
+    for GPUs not in :data:`PEAK_BF16_FLOPS` (MFU is then not reported)."""
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key in sorted(PEAK_BF16_FLOPS, key=len, reverse=True):
+        if key in name:
+            return PEAK_BF16_FLOPS[key]
+    return None
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak: float) -> float:
+    """Model FLOPs utilisation, a fraction: ``tokens_per_s * flops_per_token / peak``.
+
+    Raises:
+        ValueError: a negative rate, or non-positive FLOPs or peak.
+    """
+    if not tokens_per_s >= 0:
+        raise ValueError(f"mfu: tokens_per_s must be non-negative, got {tokens_per_s}")
+    if not flops_per_token > 0 or not peak > 0:
+        raise ValueError(f"mfu: flops_per_token and peak must be positive, got {flops_per_token} and {peak}")
+    return tokens_per_s * flops_per_token / peak

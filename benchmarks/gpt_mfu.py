@@ -155,6 +155,36 @@ def one_run(args: argparse.Namespace, compile_mode: str, device: torch.device) -
             "final_train_loss": history.train_loss[-1][1]}
 
 
+def markdown(result: dict) -> str:
+    """The runs (and, when measured, the product ceiling) of ``result`` as Markdown tables."""
+    peak, measured = result["datasheet_peak_tflops"], result["matmul_tflops_measured"]
+    lines = [f"Measured on {result['machine']}, torch {result['torch']}; {result['finished']}. Datasheet dense bf16 "
+             f"peak {peak} TFLOP/s; an 8192^3 bf16 product measured {measured:.0f} TFLOP/s." if measured else
+             f"Measured on {result['machine']}, torch {result['torch']}; {result['finished']}.", "",
+             "| config | compile | batch (x 1024 tokens) | flash attention | ms/step | tokens/s | MFU (datasheet peak) "
+             "| of the 8192^3 product's rate |", "|---|---|---:|---|---:|---:|---:|---:|"]
+    for r in result["runs"]:
+        mode = "off" if r["compile"] == "off" else r.get("compile_mode", "default")
+        achieved = r["tokens_per_s"] * r["flops_per_token"] / 1e12
+        of_product = f"{achieved / measured:.1%}" if measured else "-"
+        lines.append(f"| {r['config']} | {mode} | {r['batch']} | {'yes' if r['flash_attention'] else 'no'} | "
+                     f"{r['ms_per_step']:.1f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | {of_product} |")
+    ceiling = result.get("product_ceiling")
+    if ceiling and peak:
+        lines += ["", "The ceiling: the model's own products timed one by one (bf16, CUDA events), their ideal "
+                  "step the sum of each product's FLOPs over its rate.", "",
+                  "| batch | Q, K, V, O (each 768 x 768) | FFN in | FFN out | output (768 x 50,304) | causal attention "
+                  "| ideal ms/step | ceiling MFU |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, c in ceiling.items():
+            if not name.startswith("batch"):
+                continue
+            t = list(c["tflops_by_product"].values())
+            lines.append(f"| {name[6:]} | " + " | ".join(f"{x:.0f}" for x in t) +
+                         f" | {c['ideal_step_ms']:.1f} | {c['ceiling_tflops'] / peak:.1%} |")
+        lines += ["", "Rates in TFLOP/s; attention counted with its full n x n scores, as the MFU formula counts it."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
@@ -168,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceiling", action="store_true",
                         help="instead of training: time the model's products one by one (the MFU ceiling)")
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="only rewrite the Markdown tables beside a stored result")
     args = parser.parse_args(argv)
+    if args.render is not None:
+        args.render.with_suffix(".md").write_text(markdown(json.loads(args.render.read_text())))
+        return 0
     device = torch.device(args.device)
     peak = flops.peak_flops(device)
     measured = matmul_tflops(device) if device.type == "cuda" else None
@@ -186,21 +221,12 @@ def main(argv: list[str] | None = None) -> int:
               "torch": torch.__version__, "datasheet_peak_tflops": peak / 1e12 if peak else None,
               "matmul_tflops_measured": measured, "runs": runs,
               "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    print(f"\n{result['machine']}, torch {torch.__version__}: datasheet bf16 peak "
-          f"{result['datasheet_peak_tflops']} TFLOP/s, measured 8192^3 bf16 product "
-          f"{measured and round(measured)} TFLOP/s\n")
-    print("| config | compile | batch | flash | ms/step | tokens/s | MFU (datasheet) | MFU (measured product) |")
-    print("|---|---|---:|---|---:|---:|---:|---:|")
-    for r in runs:
-        datasheet = f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"
-        achieved = r["tokens_per_s"] * r["flops_per_token"] / 1e12
-        practical = f"{achieved / measured:.1%}" if measured else "-"
-        print(f"| {r['config']} | {r['compile']} | {r['batch']} | {r['flash_attention']} | {r['ms_per_step']:.1f} | "
-              f"{r['tokens_per_s']:,.0f} | {datasheet} | {practical} |")
+    print("\n" + markdown(result))
     output = args.output or RESULTS / f"gpt_mfu_{device.type}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwritten to {output}")
+    output.with_suffix(".md").write_text(markdown(result))
+    print(f"\nwritten to {output} and {output.with_suffix('.md').name}")
     return 0
 
 

@@ -87,7 +87,7 @@ def one_run(steps: int, args: argparse.Namespace, sizes: dict, train_ids: torch.
     rates = [r for _, r in history.tokens_per_s[1:]] or [r for _, r in history.tokens_per_s]
     utilisation = [u for _, u in history.mfu[1:]] or [u for _, u in history.mfu]
     return {
-        "steps": steps, "lr": args.lr, "batch": args.batch, "dropout": args.dropout, "compile": args.compile,
+        "steps": steps, "seed": args.seed, "lr": args.lr, "batch": args.batch, "dropout": args.dropout, "compile": args.compile,
         "compile_mode": args.compile_mode,
         "parameters": sum(p.numel() for p in model.parameters()), "val_curve": curve,
         "final_val_loss": curve[-1][2], "train_s": history.train_time_s[-1][1], "wall_s": wall,
@@ -97,6 +97,34 @@ def one_run(steps: int, args: argparse.Namespace, sizes: dict, train_ids: torch.
         "target_train_s": hit[1] if hit else None,
         "target_train_s_without_compile": hit[1] - compile_s if hit else None,
     }
+
+
+def markdown(result: dict) -> str:
+    """The runs of ``result`` as a Markdown table (what the Performance page shows)."""
+    runs = result["runs"]
+    target = runs[0]["target"] if runs else 1.47
+    lines = [f"Measured on {result['machine']}, torch {result['torch']}; {result['finished']}. Aim: validation "
+             f"loss <= {target} within 45 s of training.", "",
+             "| steps | compile | batch | lr | seed | ms/step | MFU | compile (s) | final val. loss | <= aim at step "
+             "| train s to aim, with compile | without | run |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in runs:
+        mode = "off" if r["compile"] == "off" else r.get("compile_mode", "default")
+        hit = r["target_step"] is not None
+        compile_s = "-" if mode == "off" else f"{r['compile_s_estimate']:.1f}"
+        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"
+        lines.append(
+            f"| {r['steps']:,} | {mode} | {r['batch']} | {r['lr']:g} | {r.get('seed', 0)} | {r['ms_per_step']:.1f} | "
+            f"{mfu} | {compile_s} | {r['final_val_loss']:.3f} | "
+            f"{r['target_step'] if hit else '-'} | {r['target_train_s']:.1f} | {r['target_train_s_without_compile']:.1f} | "
+            if hit else
+            f"| {r['steps']:,} | {mode} | {r['batch']} | {r['lr']:g} | {r.get('seed', 0)} | {r['ms_per_step']:.1f} | "
+            f"{mfu} | {compile_s} | {r['final_val_loss']:.3f} | - | - | - | ")
+        lines[-1] += f"{r.get('note', '')} |"
+    lines += ["", "Training time is `fit`'s clock (validation excluded); the compilation is estimated as the first "
+              "logging window's excess over the median window. Validation: every non-overlapping 256-character "
+              f"window of the validation text ({result['validation_windows']} windows), every 250 steps."]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="a tiny model and a few steps: checks the script")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="only rewrite the Markdown table beside a stored result")
     args = parser.parse_args(argv)
+    if args.render is not None:
+        args.render.with_suffix(".md").write_text(markdown(json.loads(args.render.read_text())))
+        return 0
     device = torch.device(args.device)
     sizes = SMOKE if args.smoke else SHAKESPEARE
     train_ids, val_ids, vocab = characters()
@@ -129,21 +162,12 @@ def main(argv: list[str] | None = None) -> int:
               "torch": torch.__version__, "config": sizes, "smoke": args.smoke,
               "validation_windows": sum(len(x) for x, _ in val), "runs": runs,
               "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    print(f"\nTiny Shakespeare GPT on {result['machine']}, torch {torch.__version__}; aim: validation loss <= "
-          f"{args.target} within 45 s of training\n")
-    print("| steps | lr | ms/step | MFU | compile (s) | final val | reached at step | train s (with compile) | without |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in runs:
-        reached = r["target_step"] if r["target_step"] is not None else "-"
-        with_c = f"{r['target_train_s']:.1f}" if r["target_train_s"] is not None else "-"
-        without = f"{r['target_train_s_without_compile']:.1f}" if r["target_train_s"] is not None else "-"
-        mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"
-        print(f"| {r['steps']} | {r['lr']:g} | {r['ms_per_step']:.2f} | {mfu} | {r['compile_s_estimate']:.1f} | "
-              f"{r['final_val_loss']:.4f} | {reached} | {with_c} | {without} |")
+    print("\n" + markdown(result))
     output = args.output or RESULTS / f"gpt_speedrun_{device.type}{'_smoke' if args.smoke else ''}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwritten to {output}")
+    output.with_suffix(".md").write_text(markdown(result))
+    print(f"\nwritten to {output} and {output.with_suffix('.md').name}")
     return 0 if all(math.isfinite(r["final_val_loss"]) for r in runs) else 1
 
 

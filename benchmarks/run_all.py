@@ -261,8 +261,7 @@ _CUDA_REASONS: dict[str, Reason] = {
                                   f"{_H100}: GPT (6 layers, width 384) cached step 2.88 ms at prefixes of 8 and of "
                                   "256; forward pass 2.68 ms over 8 positions, 2.98 ms over 256"),
     "word2vec_skipgram": Reason(
-        "faster than gensim on all cores (issue 11's aim) but not five times (issue 7's): each epoch's examples "
-        "are made on one CPU core (0.49 s an epoch, overlapped with the GPU's training of the "
+        "each epoch's examples are made on one CPU core (0.49 s an epoch, overlapped with the GPU's training of the "
         "epoch before) and the GPU's gathers and scatters take the rest; five times gensim would need the examples "
         "made on the GPU too",
         f"{_H100}: 0.49 s an epoch to make and shuffle the examples; 0.75 s an epoch of training in all"),

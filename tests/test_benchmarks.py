@@ -159,3 +159,46 @@ def test_the_shared_timing_loop_warms_up_then_rotates_the_order():
     assert 2 <= slow.calls_per_block <= 5 and slow.best("x") >= 0.001
     with pytest.raises(ValueError):
         timing.interleaved(contenders, torch.device("cpu"), 0)
+
+
+# ---- the GPU runs: their scripts at smoke sizes on the CPU, and their stored results -------------
+
+def test_the_speedrun_script_trains_validates_and_reports(tmp_path):
+    """gpt_speedrun.py --smoke: two complete runs through fit, a validation curve over every window,
+    the step that reached the target, and the same numbers in its JSON and Markdown."""
+    output = tmp_path / "speedrun.json"
+    command = [sys.executable, str(BENCHMARKS / "gpt_speedrun.py"), "--smoke", "--device", "cpu", "--steps", "8", "12",
+               "--eval-every", "4", "--log-every", "2", "--target", "9.0", "--quiet", "--output", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    document = json.loads(output.read_text())
+    assert [r["steps"] for r in document["runs"]] == [8, 12]
+    for run in document["runs"]:
+        assert [s for s, _, _ in run["val_curve"]] == list(range(4, run["steps"] + 1, 4))
+        assert all(math.isfinite(v) and v > 0 for _, _, v in run["val_curve"])
+        assert run["target_step"] == 4                 # a loss below 9 nats is reached at the first validation
+        assert run["target_train_s"] == pytest.approx(run["val_curve"][0][1])
+        assert run["mfu"] is None                      # no datasheet peak for a CPU
+    assert document["validation_windows"] == (2_000 - 1) // 32
+    assert output.with_suffix(".md").read_text().count("\n| ") == 1 + 2   # the header and two runs
+
+
+def test_the_stored_gpu_tables_are_rendered_from_their_results():
+    """The Markdown the Performance page includes is what the scripts render from the stored JSON."""
+    for script, name in (("gpt_speedrun", "gpt_speedrun_cuda"), ("gpt_mfu", "gpt_mfu_cuda")):
+        module = _load(script)
+        stored = BENCHMARKS / "results" / f"{name}.json"
+        assert module.markdown(json.loads(stored.read_text())) == stored.with_suffix(".md").read_text(), name
+
+
+def test_the_stored_gpu_results_support_the_pages_claims():
+    """The numbers the Performance page and README state, read back from the stored H100 results."""
+    speedrun = json.loads((BENCHMARKS / "results" / "gpt_speedrun_cuda.json").read_text())
+    hits = [r for r in speedrun["runs"] if r["target_step"] is not None and r.get("compile_mode") == "reduce-overhead"]
+    assert hits and all(r["target_train_s"] <= 45 and r["target_train_s_without_compile"] <= 21 for r in hits)
+    mfu = json.loads((BENCHMARKS / "results" / "gpt_mfu_cuda.json").read_text())
+    best = max(r["mfu"] for r in mfu["runs"])
+    assert 0.40 <= best < 0.50                          # the aim of 50% is missed, and the page says so
+    ceiling = mfu["product_ceiling"]["batch 32"]["ceiling_tflops"] * 1e12 / (mfu["datasheet_peak_tflops"] * 1e12)
+    assert 0.49 < ceiling < 0.51

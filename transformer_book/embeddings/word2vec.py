@@ -338,8 +338,9 @@ def train_word2vec(
             if len(centres_np) == 0:
                 raise ValueError("train_word2vec: the corpus yields no training example (are all sentences one "
                                  "word long?)")
-            order = torch.as_tensor(rng.permutation(len(centres_np)))
-            return torch.as_tensor(centres_np)[order].to(device), torch.as_tensor(contexts_np)[order].to(device)
+            order = torch.as_tensor(rng.permutation(len(centres_np))).to(device)
+            # shuffled where they are used: on a GPU the gather runs there, not on the CPU
+            return torch.as_tensor(centres_np).to(device)[order], torch.as_tensor(contexts_np).to(device)[order]
 
         # On a GPU the CPU makes epoch e + 1's examples while the GPU trains on epoch e. The
         # generator rng is used in the same order either way, so the examples are the same.

@@ -51,7 +51,7 @@ part of the device name; longer keys are tried first, so "H100 PCIe" wins over "
 
 
 def gpt_flops_per_token(config: GPTConfig, context: int | None = None) -> float:
-    """Training FLOPs per token, :math:`C`, of a :class:`~transformer_book.models.GPT` trained on
+    """Training FLOPs per token, :math:`C`, of a :class:`~transformer_book.models.gpt.GPT` trained on
     windows of ``context`` tokens (default: ``config.context``); see the module docstring.
 
     Raises:

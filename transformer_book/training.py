@@ -250,7 +250,8 @@ class TrainConfig:
 
     ``compile`` runs the training step (the model's forward and the loss; the backward follows)
     through ``torch.compile``: ``None`` (default) compiles on CUDA only, where fusing the many
-    small kernels of LayerNorm, GELU, dropout and the residual sums pays for the compile time;
+    small kernels of LayerNorm, GELU, dropout and the residual sums pays for the compile time
+    (and where a part that cannot be compiled falls back to running uncompiled, with a warning);
     ``False`` never compiles (the first step then starts at once, and errors show the book's
     own Python frames); ``True`` compiles on any device. Validation always runs uncompiled.
     ``compile_mode`` is passed to ``torch.compile``: ``"default"``, ``"reduce-overhead"`` (CUDA
@@ -538,6 +539,10 @@ def fit(
     (see the module docstring): that is what makes a resumed run repeat an uninterrupted one.
     The gradients of the last step are left in ``.grad`` for inspection.
 
+    On CUDA the step runs in bf16 autocast (``config.amp``), compiled (``config.compile``), with
+    fused AdamW, and batch ``s + 1`` is made and copied from pinned memory while the GPU computes
+    step ``s`` (so an error in ``train_batches(s + 1)`` surfaces during step ``s``).
+
     With ``resume=True`` and a file at ``config.checkpoint_path``, model, optimizer, schedule,
     scaler, random generators and history are restored from it and training continues at
     the saved step; with no file there it starts afresh (so one command serves a first run
@@ -598,8 +603,14 @@ def fit(
             dist.broadcast(tensor, src=0)
         ddp = DistributedDataParallel(_LossModule(model, loss_fn), find_unused_parameters=True)
     step_module = ddp if world_size > 1 else _LossModule(model, loss_fn)
-    if config.compile if config.compile is not None else device.type == "cuda":
+    compiled = config.compile if config.compile is not None else device.type == "cuda"
+    if compiled:
         step_module = torch.compile(step_module, mode=config.compile_mode)
+    # Compiling by default (compile=None) must not stop a chapter on a GPU it was not tried on: a
+    # part of the step that PyTorch cannot compile then runs uncompiled, with PyTorch's warning.
+    # compile=True asks for compilation, and its failures are raised.
+    tolerant = ((lambda: torch._dynamo.config.patch(suppress_errors=True)) if compiled and config.compile is None
+                else nullcontext)
     peak = peak_flops(device) if config.flops_per_token is not None else None
 
     def fetch(step: int) -> Any:
@@ -621,7 +632,7 @@ def fit(
             step_start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
             batch, upcoming = (upcoming if upcoming is not None else fetch(step)), None
-            with autocast():
+            with autocast(), tolerant():
                 loss, n_tokens = step_module(batch)
             if device.type == "cuda" and done < config.steps:
                 upcoming = fetch(done)  # made and sent while the GPU computes this step's forward pass

@@ -30,6 +30,7 @@ from transformer_book.embeddings.word2vec import (
     softmax_loss,
     train_word2vec,
 )
+from transformer_book.embeddings import word2vec as word2vec_module
 from transformer_book.text import Vocab
 
 FOX = "The quick brown fox jumps over the lazy dog".split()
@@ -103,22 +104,32 @@ def _brute_force_pairs(sentences, vocab, window):
     return pairs
 
 
-def test_skipgram_pairs_full_window_equal_a_loop_and_stay_in_their_sentence():
+GENERATORS = {"numpy": lambda seed: np.random.default_rng(seed), "torch": lambda seed: torch.Generator().manual_seed(seed)}
+"""The two kinds of generator the pair builders take: NumPy's (arrays back) and torch's (tensors
+back, built on the generator's device: how a GPU run draws its examples)."""
+
+
+def _np(x):
+    return x.numpy() if isinstance(x, torch.Tensor) else x
+
+
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+def test_skipgram_pairs_full_window_equal_a_loop_and_stay_in_their_sentence(kind):
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(12)]
     sentences = [list(rng.choice(words, size=rng.integers(1, 15))) for _ in range(40)]
     vocab = Vocab.build((w for s in sentences for w in s if w != "w11"))  # w11 is out of vocabulary
     corpus = encode_corpus(sentences, vocab)
-    centres, contexts = skipgram_pairs(corpus, 3, np.random.default_rng(1), reduced=False)
+    centres, contexts = map(_np, skipgram_pairs(corpus, 3, GENERATORS[kind](1), reduced=False))
     assert Counter(zip(centres.tolist(), contexts.tolist())) == _brute_force_pairs(sentences, vocab, 3)
 
 
-def test_reduced_window_uses_distance_d_with_probability_linear_in_d():
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+def test_reduced_window_uses_distance_d_with_probability_linear_in_d(kind):
     L = 4
     corpus = encode_corpus([["a", "b"] * 50_000], Vocab(["a", "b"], [50_000, 50_000]))
     # in one long sentence of alternating words, distance parity is visible in the pair
-    rng = np.random.default_rng(0)
-    centres, contexts = skipgram_pairs(corpus, L, rng)
+    centres, contexts = map(_np, skipgram_pairs(corpus, L, GENERATORS[kind](0)))
     n = len(corpus)
     expected_pairs = sum(2 * (n - d) * (L - d + 1) / L for d in range(1, L + 1))
     assert abs(len(centres) - expected_pairs) < 5 * np.sqrt(expected_pairs)
@@ -127,27 +138,29 @@ def test_reduced_window_uses_distance_d_with_probability_linear_in_d():
     assert odd == pytest.approx(expected_odd, abs=0.005)
 
 
-def test_subsampling_keeps_each_word_at_its_rate():
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+def test_subsampling_keeps_each_word_at_its_rate(kind):
     counts = np.array([80_000, 20_000])
     vocab = Vocab(["the", "cat"], counts)
     rng = np.random.default_rng(0)
     sentence = list(rng.permutation(["the"] * 80_000 + ["cat"] * 20_000))
     corpus = encode_corpus([sentence], vocab)
     keep = keep_probabilities(counts, 0.05)
-    centres, _ = skipgram_pairs(corpus, 1, np.random.default_rng(1), keep=keep, reduced=False)
+    centres = _np(skipgram_pairs(corpus, 1, GENERATORS[kind](1), keep=keep, reduced=False)[0])
     # with a full window of 1 in one sentence, each kept word is a centre twice (except the ends)
     kept = np.bincount(centres, minlength=2) / 2
     np.testing.assert_allclose(kept / counts, keep, atol=0.01)
     assert keep[0] < 0.5 < keep[1]
 
 
-def test_cbow_windows_hold_the_same_contexts_as_skipgram_pairs():
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+def test_cbow_windows_hold_the_same_contexts_as_skipgram_pairs(kind):
     rng = np.random.default_rng(3)
     words = [f"w{i}" for i in range(9)]
     sentences = [list(rng.choice(words, size=rng.integers(1, 12))) for _ in range(30)]
     vocab = _vocab(sentences)
     corpus = encode_corpus(sentences, vocab)
-    centres, contexts = cbow_windows(corpus, 2, np.random.default_rng(0), reduced=False)
+    centres, contexts = map(_np, cbow_windows(corpus, 2, GENERATORS[kind](0), reduced=False))
     assert contexts.shape == (len(centres), 4)
     flat = Counter((c, x) for c, row in zip(centres.tolist(), contexts.tolist()) for x in row if x >= 0)
     assert flat == _brute_force_pairs(sentences, vocab, 2)
@@ -156,7 +169,7 @@ def test_cbow_windows_hold_the_same_contexts_as_skipgram_pairs():
     assert len(centres) == len(corpus) - singles
     # columns: the left neighbours first (nearest last), then the right ones (nearest first)
     sentence = encode_corpus([["a", "b", "c", "d", "e"]], Vocab(list("abcde"), [1] * 5))
-    c, ctx = cbow_windows(sentence, 2, np.random.default_rng(0), reduced=False)
+    c, ctx = map(_np, cbow_windows(sentence, 2, GENERATORS[kind](0), reduced=False))
     np.testing.assert_array_equal(ctx[2], [0, 1, 3, 4])
     np.testing.assert_array_equal(ctx[0], [-1, -1, 1, 2])
 
@@ -240,8 +253,15 @@ def _topic_separation(vectors, vocab, topics):
     return within, across
 
 
+@pytest.mark.parametrize("examples_on_device", [False, True])
 @pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
-def test_word2vec_learns_which_words_share_contexts(architecture):
+def test_word2vec_learns_which_words_share_contexts(architecture, examples_on_device, monkeypatch):
+    """Both ways of making an epoch's examples: NumPy on the CPU (the CPU's way), and torch's
+    generator on the training device (a GPU's way, forced here on the CPU)."""
+    if examples_on_device:
+        original = word2vec_module._epoch_examples
+        monkeypatch.setattr(word2vec_module, "_epoch_examples",
+                            lambda *args: original(*args[:-1], True))
     sentences, topics = _topic_corpus()
     vocab = _vocab(sentences)
     corpus = encode_corpus(sentences, vocab)
@@ -254,6 +274,30 @@ def test_word2vec_learns_which_words_share_contexts(architecture):
     assert within > 0.5 and across < within - 0.5
     assert result.losses[-1] < result.losses[0]
     assert result.examples > 0 and result.words_per_second > 0
+
+
+@pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
+def test_epoch_examples_on_the_device_are_the_built_examples_shuffled(architecture):
+    """The on-device path returns exactly what the pair builder draws with the same generator
+    state, in a shuffled order, as tensors; the NumPy path stays what the chapters ran."""
+    sentences, _ = _topic_corpus(60)
+    vocab = _vocab(sentences)
+    corpus = encode_corpus(sentences, vocab)
+    config = Word2VecConfig(architecture=architecture, window=3)
+    make = skipgram_pairs if architecture == "skipgram" else cbow_windows
+    keep = keep_probabilities(np.asarray(vocab.counts), 0.05)
+    built = make(corpus, 3, torch.Generator().manual_seed(4), keep=keep)
+    centres, contexts = word2vec_module._epoch_examples(make, corpus, config, keep, np.random.default_rng(0),
+                                                        torch.Generator().manual_seed(4), True)
+    assert isinstance(centres, torch.Tensor) and len(centres) == len(built[0])
+    rows = lambda c, x: Counter(zip(c.tolist(), [tuple(r) if isinstance(r, list) else r for r in x.tolist()]))
+    assert rows(centres, contexts) == rows(*built)
+    assert not torch.equal(centres, built[0])                      # shuffled
+    numpy_centres, _ = word2vec_module._epoch_examples(make, corpus, config, keep, np.random.default_rng(0),
+                                                       torch.Generator().manual_seed(4), False)
+    rng = np.random.default_rng(0)
+    expected, _ = make(corpus, 3, rng, keep=keep)
+    assert torch.equal(numpy_centres, torch.as_tensor(expected)[torch.as_tensor(rng.permutation(len(expected)))])
 
 
 def test_word2vec_is_reproducible_with_a_seed():

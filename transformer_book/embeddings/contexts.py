@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from transformer_book.text import Vocab
 
@@ -123,9 +124,22 @@ def encode_corpus(sentences: Sequence[Sequence[str]], vocab: Vocab) -> EncodedCo
     return EncodedCorpus(np.asarray(ids, dtype=np.int64), np.asarray(sentence_ids, dtype=np.int64), n_tokens)
 
 
-def _epoch_positions(corpus: EncodedCorpus, window: int, rng: np.random.Generator,
-                     keep: np.ndarray | None, reduced: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Subsample the corpus and draw each position's window size ``b`` in ``1..L``."""
+def _epoch_positions(corpus: EncodedCorpus, window: int, rng: np.random.Generator | torch.Generator,
+                     keep: np.ndarray | None,
+                     reduced: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Subsample the corpus and draw each position's window size ``b`` in ``1..L``: ``(ids,
+    sentence, b)`` as tensors, drawn by NumPy (on the CPU) or by a torch generator on its device."""
+    if isinstance(rng, torch.Generator):
+        device = rng.device
+        ids = torch.as_tensor(corpus.ids, device=device)
+        sentence = torch.as_tensor(corpus.sentence_ids, device=device)
+        if keep is not None:
+            draws = torch.rand(len(ids), generator=rng, device=device, dtype=torch.float64)
+            kept = draws < torch.as_tensor(keep, device=device)[ids]
+            ids, sentence = ids[kept], sentence[kept]
+        b = (torch.randint(1, window + 1, (len(ids),), generator=rng, device=device) if reduced
+             else torch.full((len(ids),), window, device=device))
+        return ids, sentence, b
     ids, sentence = corpus.ids, corpus.sentence_ids
     if keep is not None:
         kept = rng.random(len(ids)) < keep[ids]
@@ -133,10 +147,15 @@ def _epoch_positions(corpus: EncodedCorpus, window: int, rng: np.random.Generato
     # word2vec's reduced window: b uniform in 1..L, so a context at distance d is used with
     # probability (L - d + 1) / L
     b = rng.integers(1, window + 1, size=len(ids)) if reduced else np.full(len(ids), window)
-    return ids, sentence, b
+    return torch.from_numpy(ids), torch.from_numpy(sentence), torch.from_numpy(b)
 
 
-def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator, *,
+def _as_given(t: torch.Tensor, rng: np.random.Generator | torch.Generator) -> np.ndarray | torch.Tensor:
+    """NumPy arrays for a NumPy generator, tensors (on the generator's device) for a torch one."""
+    return t if isinstance(rng, torch.Generator) else t.numpy()
+
+
+def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator | torch.Generator, *,
                    keep: np.ndarray | None = None, reduced: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """One epoch of skip-gram training pairs ``(centre, context)``, in corpus order.
 
@@ -147,12 +166,13 @@ def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator,
     Args:
         corpus: the encoded corpus.
         window: ``L``.
-        rng: random generator for subsampling and window sizes.
+        rng: random generator for subsampling and window sizes: NumPy's, or a ``torch.Generator``
+            to draw and build the pairs on its device (a GPU's: no copy of an epoch's pairs).
         keep: ``(|V|,)`` keep probabilities (:func:`keep_probabilities`), or None to keep all.
         reduced: draw the window size per position (word2vec) or always use ``L``.
 
     Returns:
-        ``centres, contexts``: two ``(P,)`` int64 arrays.
+        ``centres, contexts``: two ``(P,)`` int64 arrays (tensors with a torch generator).
     """
     _check_window(window, "skipgram_pairs")
     ids, sentence, b = _epoch_positions(corpus, window, rng, keep, reduced)
@@ -163,15 +183,15 @@ def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator,
         left = same & (b[delta:] >= delta)  # (t + delta)'s context at t
         centres += [ids[:-delta][right], ids[delta:][left]]
         contexts += [ids[delta:][right], ids[:-delta][left]]
-    return np.concatenate(centres), np.concatenate(contexts)
+    return _as_given(torch.cat(centres), rng), _as_given(torch.cat(contexts), rng)
 
 
-def cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generator, *,
+def cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generator | torch.Generator, *,
                  keep: np.ndarray | None = None, reduced: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """One epoch of CBOW examples: each kept position's word and the words of its window.
 
-    Windows are drawn as in :func:`skipgram_pairs`. Positions whose window holds no other
-    word (one-word sentences) are left out.
+    Windows are drawn as in :func:`skipgram_pairs` (with NumPy's generator or a torch one).
+    Positions whose window holds no other word (one-word sentences) are left out.
 
     Returns:
         ``centres`` ``(P,)`` int64 and ``contexts`` ``(P, 2L)`` int64, padded with ``-1``.
@@ -179,14 +199,14 @@ def cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generator, *
     _check_window(window, "cbow_windows")
     ids, sentence, b = _epoch_positions(corpus, window, rng, keep, reduced)
     n = len(ids)
-    contexts = np.full((n, 2 * window), -1, dtype=np.int64)
+    contexts = torch.full((n, 2 * window), -1, dtype=torch.int64, device=ids.device)
     for delta in range(1, window + 1):
         same = sentence[:-delta] == sentence[delta:]
-        right = np.zeros(n, dtype=bool)
+        right = torch.zeros(n, dtype=torch.bool, device=ids.device)
         right[:-delta] = same & (b[:-delta] >= delta)
-        left = np.zeros(n, dtype=bool)
+        left = torch.zeros(n, dtype=torch.bool, device=ids.device)
         left[delta:] = same & (b[delta:] >= delta)
         contexts[right, window + delta - 1] = ids[delta:][right[:-delta]]
         contexts[left, window - delta] = ids[:-delta][left[delta:]]
-    has_context = (contexts >= 0).any(axis=1)
-    return ids[has_context], contexts[has_context]
+    has_context = (contexts >= 0).any(dim=1)
+    return _as_given(ids[has_context], rng), _as_given(contexts[has_context], rng)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,6 +263,24 @@ class AliasSampler:
         return torch.where(coin < self.prob[slot], slot, self.alias[slot])
 
 
+def _epoch_examples(make_examples, corpus: EncodedCorpus, config: Word2VecConfig, keep: np.ndarray | None,  # noqa: ANN001
+                    rng: np.random.Generator, generator: torch.Generator,
+                    on_device: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One epoch's examples, shuffled, on ``generator``'s device: drawn there with ``generator``
+    when ``on_device`` (no copy of the epoch's examples), else drawn by NumPy's ``rng`` on the CPU
+    and copied over once (one copy per epoch, not one per batch)."""
+    source = generator if on_device else rng
+    centres, contexts = make_examples(corpus, config.window, source, keep=keep, reduced=config.reduced_window)
+    if len(centres) == 0:
+        raise ValueError("train_word2vec: the corpus yields no training example (are all sentences one word long?)")
+    device = generator.device
+    if on_device:
+        order = torch.randperm(len(centres), generator=generator, device=device)
+    else:
+        order = torch.as_tensor(rng.permutation(len(centres))).to(device)
+    return torch.as_tensor(centres).to(device)[order], torch.as_tensor(contexts).to(device)[order]
+
+
 def train_word2vec(
     corpus: EncodedCorpus,
     counts: np.ndarray,
@@ -327,29 +344,15 @@ def train_word2vec(
     # training, and back to PyTorch's default after.
     torch.set_flush_denormal(True)
     start = time.perf_counter()
-    bar = background = None
+    bar = None
     try:
         planned = None
         done = 0
-        def examples() -> tuple[torch.Tensor, torch.Tensor]:
-            """One epoch's examples, shuffled, on the device (one copy per epoch, not per batch)."""
-            centres_np, contexts_np = make_examples(corpus, config.window, rng, keep=keep,
-                                                    reduced=config.reduced_window)
-            if len(centres_np) == 0:
-                raise ValueError("train_word2vec: the corpus yields no training example (are all sentences one "
-                                 "word long?)")
-            order = torch.as_tensor(rng.permutation(len(centres_np))).to(device)
-            # shuffled where they are used: on a GPU the gather runs there, not on the CPU
-            return torch.as_tensor(centres_np).to(device)[order], torch.as_tensor(contexts_np).to(device)[order]
-
-        # On a GPU the CPU makes epoch e + 1's examples while the GPU trains on epoch e. The
-        # generator rng is used in the same order either way, so the examples are the same.
-        background = ThreadPoolExecutor(max_workers=1) if device.type == "cuda" else None
-        upcoming = None
+        # On a GPU each epoch's examples are drawn and built there (torch's generator); on the CPU
+        # by NumPy, as the chapters' stored results were made.
+        on_device = device.type == "cuda"
         for epoch in range(config.epochs):
-            centres, contexts = upcoming.result() if upcoming is not None else examples()
-            if background is not None and epoch + 1 < config.epochs:
-                upcoming = background.submit(examples)
+            centres, contexts = _epoch_examples(make_examples, corpus, config, keep, rng, generator, on_device)
             if planned is None:
                 planned = len(centres) * config.epochs
                 bar = tqdm(total=planned, disable=not progress, desc=config.architecture, unit="ex",
@@ -409,8 +412,6 @@ def train_word2vec(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     finally:
-        if background is not None:
-            background.shutdown(wait=True, cancel_futures=True)
         torch.set_flush_denormal(False)
         if bar is not None:
             bar.close()

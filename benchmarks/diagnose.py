@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 import statistics
 import time
 from pathlib import Path
@@ -68,6 +70,18 @@ def kv(device: torch.device) -> dict:
     return out
 
 
+@contextmanager
+def fused_layer_norm() -> Iterator[None]:
+    """Within ``with``: the book's LayerNorm computes through ``F.layer_norm`` (the same function,
+    one kernel); restored after."""
+    original = layers.LayerNorm.forward
+    layers.LayerNorm.forward = lambda ln, x: F.layer_norm(x, (ln.d_model,), ln.gamma, ln.beta, ln.eps)
+    try:
+        yield
+    finally:
+        layers.LayerNorm.forward = original
+
+
 def twin(device: torch.device) -> dict:
     from gpt_training_speed import CONFIGS, TorchGPT  # noqa: E402 - sibling module
 
@@ -90,26 +104,11 @@ def twin(device: torch.device) -> dict:
 
     out = {"ours_eager_ms": 1e3 * _median_time(step_of(ours), device, 10),
            "twin_eager_ms": 1e3 * _median_time(step_of(theirs), device, 10)}
-    original = layers.LayerNorm.forward
-    layers.LayerNorm.forward = lambda self, x: F.layer_norm(x, (self.d_model,), self.gamma, self.beta, self.eps)
-    try:
+    with fused_layer_norm():
         out["ours_fused_layernorm_eager_ms"] = 1e3 * _median_time(step_of(ours), device, 10)
-    finally:
-        layers.LayerNorm.forward = original
     out["ours_compiled_ms"] = 1e3 * _median_time(step_of(torch.compile(ours)), device, 10)
     out["twin_compiled_ms"] = 1e3 * _median_time(step_of(torch.compile(theirs)), device, 10)
     return out
-
-
-class _FusedLayerNorm:
-    """Within ``with``: the book's LayerNorm computes through ``F.layer_norm`` (the same function)."""
-
-    def __enter__(self) -> None:
-        self.original = layers.LayerNorm.forward
-        layers.LayerNorm.forward = lambda ln, x: F.layer_norm(x, (ln.d_model,), ln.gamma, ln.beta, ln.eps)
-
-    def __exit__(self, *exc: object) -> None:
-        layers.LayerNorm.forward = self.original
 
 
 def layernorm(device: torch.device, smoke: bool = False) -> dict:
@@ -126,16 +125,13 @@ def layernorm(device: torch.device, smoke: bool = False) -> dict:
             ("translation_training_speed.py", ["--smoke"] if smoke else ["--repeats", "3"],
              lambda d: 1 / d["ratio_ours_to_torch_throughput"]),
         ):
-            for label, context in (("as_is", None), ("fused_layernorm", _FusedLayerNorm())):
+            for label, context in (("as_is", nullcontext), ("fused_layernorm", fused_layer_norm)):
                 path = Path(scratch) / f"{script}.{label}.json"
                 argv = sys.argv
                 sys.argv = [script, "--device", device.type, *arguments, "--output", str(path)]
                 try:
-                    if context is None:
+                    with context():
                         runpy.run_path(str(Path(__file__).parent / script), run_name="__main__")
-                    else:
-                        with context:
-                            runpy.run_path(str(Path(__file__).parent / script), run_name="__main__")
                 except SystemExit:
                     pass
                 finally:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from timing import event_median  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book import data, flops, training
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.runtime import machine_description
@@ -47,17 +48,7 @@ def matmul_tflops(device: torch.device, size: int = 8192, repeats: int = 20) -> 
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=g)
     b = torch.randn(size, size, device=device, dtype=torch.bfloat16, generator=g)
-    for _ in range(3):
-        a @ b
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeats):
-        start.record()
-        a @ b
-        end.record()
-        torch.cuda.synchronize(device)
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * size**3 / statistics.median(times) / 1e12
+    return 2 * size**3 / event_median(lambda: a @ b, device, repeats) / 1e12
 
 
 def product_ceiling(config: GPTConfig, batch: int, device: torch.device) -> dict:
@@ -77,7 +68,7 @@ def product_ceiling(config: GPTConfig, batch: int, device: torch.device) -> dict
     for name, (k, n, per_layer) in shapes.items():
         x = x_cache.setdefault(k, torch.randn(tokens, k, device=device, dtype=torch.bfloat16, generator=g))
         w = torch.randn(k, n, device=device, dtype=torch.bfloat16, generator=g)
-        seconds = _event_median(lambda x=x, w=w: x @ w, device)
+        seconds = event_median(lambda x=x, w=w: x @ w, device)
         flops_one = 2 * tokens * k * n
         report[name] = flops_one / seconds / 1e12
         calls = 3 * per_layer * config.n_layers  # forward and two backward products, every layer
@@ -90,27 +81,13 @@ def product_ceiling(config: GPTConfig, batch: int, device: torch.device) -> dict
     def attention() -> None:
         F.scaled_dot_product_attention(q, k_, v, is_causal=True).sum().backward()
 
-    seconds = _event_median(attention, device)
+    seconds = event_median(attention, device)
     flops_attention = 12 * batch * config.context**2 * d        # the convention of flops.gpt_flops_per_token
     report["attention fwd+bwd (counted as full n x n)"] = flops_attention / seconds / 1e12
     ideal_s += config.n_layers * seconds
     total_flops += config.n_layers * flops_attention
     return {"tflops_by_product": report, "ideal_step_ms": 1e3 * ideal_s,
             "ceiling_tflops": total_flops / ideal_s / 1e12}
-
-
-def _event_median(fn, device: torch.device, repeats: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(repeats):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize(device)
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
 
 
 def flash_attention_ok(model: GPT, tokens: torch.Tensor) -> bool:
@@ -167,8 +144,9 @@ def markdown(result: dict) -> str:
         mode = "off" if r["compile"] == "off" else r.get("compile_mode", "default")
         achieved = r["tokens_per_s"] * r["flops_per_token"] / 1e12
         of_product = f"{achieved / measured:.1%}" if measured else "-"
+        datasheet = f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"  # no datasheet peak for a CPU
         lines.append(f"| {r['config']} | {mode} | {r['batch']} | {'yes' if r['flash_attention'] else 'no'} | "
-                     f"{r['ms_per_step']:.1f} | {r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | {of_product} |")
+                     f"{r['ms_per_step']:.1f} | {r['tokens_per_s']:,.0f} | {datasheet} | {of_product} |")
     ceiling = result.get("product_ceiling")
     if ceiling and peak:
         lines += ["", "The ceiling: the model's own products timed one by one (bf16, CUDA events), their ideal "

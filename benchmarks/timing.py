@@ -43,6 +43,22 @@ def time_block(fn: Callable[[], Any], calls: int, device: torch.device) -> float
     return (time.perf_counter() - start) / calls
 
 
+def event_median(fn: Callable[[], Any], device: torch.device, repeats: int = 20, warmup: int = 3) -> float:
+    """Median seconds of one call of ``fn`` on a GPU, timed by CUDA events around each call after
+    ``warmup`` untimed calls: the device's own time, without the host's clock or launch gaps."""
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
 def rotated(names: list[str], round_: int) -> list[str]:
     """The order of round ``round_``: ``names`` rotated left by ``round_`` places (for two
     contenders: alternating)."""

@@ -202,3 +202,16 @@ def test_the_stored_gpu_results_support_the_pages_claims():
     assert 0.40 <= best < 0.50                          # the aim of 50% is missed, and the page says so
     ceiling = mfu["product_ceiling"]["batch 32"]["ceiling_tflops"] * 1e12 / (mfu["datasheet_peak_tflops"] * 1e12)
     assert 0.49 < ceiling < 0.51
+
+
+def test_the_mfu_script_runs_and_reports_without_a_datasheet_peak(tmp_path):
+    """gpt_mfu.py at smoke sizes on the CPU: a run through fit, its tokens/s, and no MFU (the CPU
+    has no datasheet peak), in its JSON and its Markdown."""
+    output = tmp_path / "mfu.json"
+    command = [sys.executable, str(BENCHMARKS / "gpt_mfu.py"), "--device", "cpu", "--config", "smoke", "--batch", "4",
+               "--steps", "20", "--log-every", "5", "--compile", "off", "--quiet", "--output", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    run, = json.loads(output.read_text())["runs"]
+    assert run["mfu"] is None and run["tokens_per_s"] > 0 and math.isfinite(run["final_train_loss"])
+    assert "| smoke | off | 4 |" in output.with_suffix(".md").read_text()

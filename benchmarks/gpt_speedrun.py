@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from transformer_book import data, flops, training
+from transformer_book.attention import ATTENTION_KERNELS
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.runtime import machine_description
 
@@ -70,7 +71,7 @@ def one_run(steps: int, args: argparse.Namespace, sizes: dict, train_ids: torch.
         steps=steps, lr=args.lr, betas=(0.9, 0.99), weight_decay=0.1, warmup_steps=min(args.warmup, steps // 2),
         schedule="cosine", min_lr_ratio=args.min_lr_ratio, smoothing=0.0, clip_norm=1.0,
         eval_every=args.eval_every, log_every=args.log_every, seed=args.seed, compile=compile_flag,
-        compile_mode=args.compile_mode,
+        compile_mode=args.compile_mode, attention_kernel=args.attention_kernel,
         flops_per_token=flops.gpt_flops_per_token(config))
     start = time.perf_counter()
     history = training.fit(model, data.RandomWindows(train_ids, config.context, args.batch, seed=args.seed),
@@ -88,7 +89,7 @@ def one_run(steps: int, args: argparse.Namespace, sizes: dict, train_ids: torch.
     utilisation = [u for _, u in history.mfu[1:]] or [u for _, u in history.mfu]
     return {
         "steps": steps, "seed": args.seed, "lr": args.lr, "batch": args.batch, "dropout": args.dropout, "compile": args.compile,
-        "compile_mode": args.compile_mode,
+        "compile_mode": args.compile_mode, "attention_kernel": args.attention_kernel,
         "parameters": sum(p.numel() for p in model.parameters()), "val_curve": curve,
         "final_val_loss": curve[-1][2], "train_s": history.train_time_s[-1][1], "wall_s": wall,
         "compile_s_estimate": compile_s, "ms_per_step": 1e3 * typical / args.log_every,
@@ -110,15 +111,16 @@ def markdown(result: dict) -> str:
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         mode = "off" if r["compile"] == "off" else r.get("compile_mode", "default")
+        label = mode + (f", {r['attention_kernel']} attention" if r.get("attention_kernel") else "")
         hit = r["target_step"] is not None
         compile_s = "-" if mode == "off" else f"{r['compile_s_estimate']:.1f}"
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "-"
         lines.append(
-            f"| {r['steps']:,} | {mode} | {r['batch']} | {r['lr']:g} | {r.get('seed', 0)} | {r['ms_per_step']:.1f} | "
+            f"| {r['steps']:,} | {label} | {r['batch']} | {r['lr']:g} | {r.get('seed', 0)} | {r['ms_per_step']:.1f} | "
             f"{mfu} | {compile_s} | {r['final_val_loss']:.3f} | "
             f"{r['target_step'] if hit else '-'} | {r['target_train_s']:.1f} | {r['target_train_s_without_compile']:.1f} | "
             if hit else
-            f"| {r['steps']:,} | {mode} | {r['batch']} | {r['lr']:g} | {r.get('seed', 0)} | {r['ms_per_step']:.1f} | "
+            f"| {r['steps']:,} | {label} | {r['batch']} | {r['lr']:g} | {r.get('seed', 0)} | {r['ms_per_step']:.1f} | "
             f"{mfu} | {compile_s} | {r['final_val_loss']:.3f} | - | - | - | ")
         lines[-1] += f"{r.get('note', '')} |"
     lines += ["", "Training time is `fit`'s clock (validation excluded); the compilation is estimated as the first "
@@ -138,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dropout", type=float, default=0.2)
     parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--compile-mode", default="default", choices=training.COMPILE_MODES)
+    parser.add_argument("--attention-kernel", default=None, choices=ATTENTION_KERNELS,
+                        help="the fused attention kernel fit prefers (default: PyTorch's choice)")
     parser.add_argument("--eval-every", type=int, default=250)
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--target", type=float, default=1.47)
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.render is not None:
         args.render.with_suffix(".md").write_text(markdown(json.loads(args.render.read_text())))
         return 0
+    if any(steps < args.log_every for steps in args.steps):
+        parser.error(f"--log-every {args.log_every} exceeds a run of {min(args.steps)} steps: no time per window")
     device = torch.device(args.device)
     sizes = SMOKE if args.smoke else SHAKESPEARE
     train_ids, val_ids, vocab = characters()

@@ -205,13 +205,44 @@ def test_the_stored_gpu_results_support_the_pages_claims():
 
 
 def test_the_mfu_script_runs_and_reports_without_a_datasheet_peak(tmp_path):
-    """gpt_mfu.py at smoke sizes on the CPU: a run through fit, its tokens/s, and no MFU (the CPU
-    has no datasheet peak), in its JSON and its Markdown."""
+    """gpt_mfu.py at smoke sizes on the CPU: one run through fit for each setting of the grid
+    (here Q/K/V stacked and separate), its tokens/s, and no MFU (the CPU has no datasheet peak),
+    in its JSON and its Markdown; both runs start from the same weights and see the same
+    batches, so their losses agree to rounding."""
     output = tmp_path / "mfu.json"
     command = [sys.executable, str(BENCHMARKS / "gpt_mfu.py"), "--device", "cpu", "--config", "smoke", "--batch", "4",
-               "--steps", "20", "--log-every", "5", "--compile", "off", "--quiet", "--output", str(output)]
+               "--steps", "20", "--log-every", "5", "--compile", "off", "--stack-qkv", "on", "off", "--quiet",
+               "--output", str(output)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
-    run, = json.loads(output.read_text())["runs"]
-    assert run["mfu"] is None and run["tokens_per_s"] > 0 and math.isfinite(run["final_train_loss"])
-    assert "| smoke | off | 4 |" in output.with_suffix(".md").read_text()
+    stacked, separate = json.loads(output.read_text())["runs"]
+    assert (stacked["stacked_qkv"], separate["stacked_qkv"]) == (True, False)
+    for run in (stacked, separate):
+        assert run["mfu"] is None and run["tokens_per_s"] > 0 and math.isfinite(run["final_train_loss"])
+    assert stacked["final_train_loss"] == pytest.approx(separate["final_train_loss"], rel=1e-4)
+    table = output.with_suffix(".md").read_text()
+    assert "| smoke | off | 4 | - | stacked |" in table and "| smoke | off | 4 | - | separate |" in table
+
+
+def test_the_mfu_ceiling_adds_up_each_products_time(monkeypatch):
+    """gpt_mfu.py's ceiling with made-up product times (1..7 ms, in the order the products are
+    timed): the ideal step is forward + two backward products per weight plus attention per layer,
+    once with Q, K, V, O separate and flash attention, once with Q, K, V stacked and the faster
+    attention kernel; the ceiling rate is the step's FLOPs over that time."""
+    module = _load("gpt_mfu")
+    times = iter([1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 6e-3])  # d x d, d x 3d, ffn in, ffn out, output, flash, cudnn
+    monkeypatch.setattr(module, "event_median", lambda fn, device, repeats=20: next(times))
+    config = module.GPTConfig(dropout=0.0, **module.CONFIGS["smoke"])
+    c = module.product_ceiling(config, 2, module.torch.device("cpu"))
+    L, tokens, d, f, V = config.n_layers, 2 * config.context, config.d_model, config.ff_width, config.vocab_size
+    separate_s = 3 * (4 * L * 1e-3 + L * 3e-3 + L * 4e-3 + 5e-3) + L * 7e-3
+    stacked_s = 3 * (L * 1e-3 + L * 2e-3 + L * 3e-3 + L * 4e-3 + 5e-3) + L * 6e-3
+    weight_flops = 3 * 2 * tokens * (L * (4 * d * d + 2 * d * f) + d * V)
+    attention_flops = L * 12 * 2 * config.context**2 * d
+    assert c["ideal_step_ms"] == pytest.approx(1e3 * separate_s)
+    assert c["ceiling_tflops"] == pytest.approx((weight_flops + attention_flops) / separate_s / 1e12)
+    stacked = c["stacked_qkv_fastest_attention"]
+    assert stacked["attention"].startswith("attention fwd+bwd, cudnn")
+    assert stacked["ideal_step_ms"] == pytest.approx(1e3 * stacked_s)
+    assert stacked["ceiling_tflops"] == pytest.approx((weight_flops + attention_flops) / stacked_s / 1e12)
+    assert c["tflops_by_product"]["Q, K, V stacked"] == pytest.approx(2 * tokens * d * 3 * d / 2e-3 / 1e12)

@@ -513,3 +513,107 @@ def test_causal_flag_reaches_the_fused_kernel_as_is_causal(monkeypatch):
     assert calls[-1].get("is_causal") is True and calls[-1].get("attn_mask") is None
     mha(x, x, x, torch.zeros(2, 1, 5, dtype=torch.bool), need_weights=False, causal=True)
     assert not calls[-1].get("is_causal") and calls[-1]["attn_mask"] is not None  # the padding needs a mask
+
+
+# --------------------------------------------------------------------------------------
+# Q, K and V from one stacked product (self-attention on a GPU)
+# --------------------------------------------------------------------------------------
+
+
+def _packed_twin(mha: MultiHeadAttention, packed: bool) -> MultiHeadAttention:
+    import copy
+
+    twin = copy.deepcopy(mha)
+    twin.pack_projections = packed
+    return twin
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_projection_equals_three_products_with_gradients(bias, need_weights, causal):
+    """Stacking W^Q, W^K, W^V into one product changes nothing but rounding: outputs, weights,
+    and the gradients of the input and of every parameter (w_q, w_k, w_v keep their own)."""
+    mha = _mha(bias=bias)
+    packed, separate = _packed_twin(mha, True), _packed_twin(mha, False)
+    (x,) = _inputs((2, 6, 16), requires_grad=True)
+    results = []
+    for module in (packed, separate):
+        padding = torch.tensor([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 1]], dtype=torch.bool).unsqueeze(1)
+        out, weights = module(x, x, x, None if causal else padding, need_weights=need_weights, causal=causal)
+        (grad_x,) = torch.autograd.grad((out * out.detach().cos()).sum(), x, retain_graph=True)
+        out.sum().backward()
+        results.append((out, weights, grad_x, {n: p.grad for n, p in module.named_parameters()}))
+    (out_p, w_p, gx_p, grads_p), (out_s, w_s, gx_s, grads_s) = results
+    torch.testing.assert_close(out_p, out_s, **TOL)
+    torch.testing.assert_close(gx_p, gx_s, **TOL)
+    if need_weights:
+        torch.testing.assert_close(w_p, w_s, **TOL)
+    assert grads_p.keys() == grads_s.keys() and {"w_q.weight", "w_k.weight", "w_v.weight"} <= grads_p.keys()
+    for name in grads_p:
+        torch.testing.assert_close(grads_p[name], grads_s[name], **TOL)
+
+
+def test_packed_projection_with_a_growing_cache_equals_the_whole_sequence():
+    from transformer_book.attention import KVCache
+
+    mha = _packed_twin(_mha().eval(), True)
+    (x,) = _inputs((2, 5, 16))
+    full, _ = mha(x, x, x, need_weights=False, causal=True)
+    cache, steps = KVCache(), []
+    for t in range(5):
+        step, _ = mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], need_weights=False, cache=cache)
+        steps.append(step)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL)
+
+
+def test_packing_only_for_self_attention_and_by_default_only_on_cuda(monkeypatch):
+    """The stacked product runs only when query, key and value are one tensor, and with the
+    default ``pack_projections=None`` only for CUDA tensors: the CPU keeps the three products."""
+    calls = []
+    real = MultiHeadAttention._packed_projection
+
+    def spy(self, x):
+        calls.append(tuple(x.shape))
+        return real(self, x)
+
+    monkeypatch.setattr(MultiHeadAttention, "_packed_projection", spy)
+    mha = _mha().eval()
+    x, y = _inputs((2, 5, 16), (2, 5, 16))
+    assert MultiHeadAttention.pack_projections is None
+    mha(x, x, x)
+    assert calls == []                                            # CPU, default: three products
+    mha.pack_projections = True
+    mha(x, y, y)
+    mha(x, x, y)
+    assert calls == []                                            # not self-attention
+    mha(x, x, x)
+    assert calls == [(2, 5, 16)]
+
+
+# --------------------------------------------------------------------------------------
+# Choosing the fused attention kernel
+# --------------------------------------------------------------------------------------
+
+
+def test_prefer_attention_kernel_puts_the_kernel_first_and_restores_the_order():
+    from torch.nn.attention import SDPBackend
+
+    from transformer_book.attention import ATTENTION_KERNELS, prefer_attention_kernel
+
+    before = torch._C._get_sdp_priority_order()
+    with prefer_attention_kernel("cudnn"):
+        order = torch._C._get_sdp_priority_order()
+        assert order[0] == int(SDPBackend.CUDNN_ATTENTION)
+        # every kernel stays allowed: a preference, not a restriction
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.math_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() and torch.backends.cuda.cudnn_sdp_enabled()
+    assert torch._C._get_sdp_priority_order() == before
+    with prefer_attention_kernel(None):
+        assert torch._C._get_sdp_priority_order() == before
+    with prefer_attention_kernel("math"):
+        assert torch._C._get_sdp_priority_order()[0] == int(SDPBackend.MATH)
+    assert set(ATTENTION_KERNELS) == {"flash", "efficient", "cudnn", "math"}
+    with pytest.raises(ValueError, match=r"unknown kernel 'cudn'.*'cudnn'"):
+        with prefer_attention_kernel("cudn"):
+            pass

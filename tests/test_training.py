@@ -493,6 +493,27 @@ def test_compile_defaults_to_off_on_the_cpu(monkeypatch):
     _gpt_run(compile=None)
 
 
+def test_attention_kernel_is_preferred_around_every_training_step():
+    """``attention_kernel`` puts that kernel first while the training step's forward runs (its
+    backward uses the forward's kernel); the default leaves PyTorch's order alone."""
+    from torch.nn.attention import SDPBackend
+
+    seen = []
+
+    def spy_loss(model, batch):
+        seen.append(torch._C._get_sdp_priority_order()[0])
+        return lm_loss(model, batch)
+
+    model = make_model()
+    fit(model, batches, spy_loss, TrainConfig(steps=3, warmup_steps=1, attention_kernel="math"), progress=False)
+    assert seen == [int(SDPBackend.MATH)] * 3
+    assert torch._C._get_sdp_priority_order()[0] != int(SDPBackend.MATH)  # restored after each step
+    seen.clear()
+    fit(make_model(), batches, spy_loss, TrainConfig(steps=2, warmup_steps=1), progress=False)
+    assert seen == [torch._C._get_sdp_priority_order()[0]] * 2
+    assert TrainConfig().attention_kernel is None
+
+
 def test_mfu_is_logged_from_tokens_per_second_and_the_peak(monkeypatch):
     """With ``flops_per_token`` and a known peak, every logging window records
     tokens/s x FLOPs per token / peak (the peak is patched in: the CPU has none)."""
@@ -511,6 +532,7 @@ def test_mfu_is_logged_from_tokens_per_second_and_the_peak(monkeypatch):
     ("compile", "yes", "compile must be None, True or False"),
     ("flops_per_token", 0.0, "flops_per_token must be positive"),
     ("compile_mode", "fastest", "compile_mode must be one of"),
+    ("attention_kernel", "cuDNN", r"attention_kernel must be None or one of \('flash'"),
 ])
 def test_compile_and_flops_settings_are_checked(field, value, pattern):
     with pytest.raises(ValueError, match=pattern):

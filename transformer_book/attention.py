@@ -13,13 +13,17 @@ with ``Q`` of shape ``(..., n, d_k)``, ``K`` of shape ``(..., m, d_k)`` and ``V`
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "KVCache"]
+__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "ATTENTION_KERNELS",
+           "prefer_attention_kernel"]
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -213,6 +217,12 @@ class MultiHeadAttention(nn.Module):
     a static cache computes them from ``key`` and ``value`` on the first call and ignores
     ``key`` and ``value`` afterwards (cross-attention to a fixed memory).
 
+    Self-attention (``query``, ``key`` and ``value`` the same tensor) on a GPU computes
+    :math:`[XW^Q; XW^K; XW^V]` as one product with the three weights stacked, ``(d_model,
+    3 d_model)``: the same numbers up to rounding, from a product wide enough to keep a GPU's
+    matrix units busy. :attr:`pack_projections` says where: ``None`` (default) on CUDA only,
+    ``True`` / ``False`` everywhere / nowhere. The parameters stay ``w_q``, ``w_k``, ``w_v``.
+
     Shapes:
         ``query`` ``(B, n, d_model)``, ``key`` ``(B, m, kdim)``, ``value`` ``(B, m, vdim)``;
         ``mask`` boolean, True = excluded, one of ``(n, m)``, ``(B, 1, m)``, ``(B, n, m)`` (a head
@@ -220,6 +230,10 @@ class MultiHeadAttention(nn.Module):
         broadcastable to ``(B, h, n, m)``. Returns ``(output (B, n, d_model), weights
         (B, h, n, m) or None)``.
     """
+
+    pack_projections: ClassVar[bool | None] = None
+    """Where self-attention computes Q, K and V with one stacked product: ``None`` on CUDA
+    tensors only, ``True`` always, ``False`` never (set on the class, or on one module)."""
 
     def __init__(
         self,
@@ -270,14 +284,18 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        batch, n, m = self._check_inputs(query, key, value)
-        # (B, length, d_model) -> (B, h, length, d_k): split the features into heads.
-        q = self.w_q(query).view(batch, n, self.n_heads, self.d_k).transpose(1, 2)
+        batch, n, _ = self._check_inputs(query, key, value)
+
+        def heads(x: torch.Tensor) -> torch.Tensor:  # (B, length, d_model) -> (B, h, length, d_k)
+            return x.view(batch, x.shape[1], self.n_heads, self.d_k).transpose(1, 2)
+
         if cache is not None and cache.static and cache.k is not None:
-            k, v = cache.k, cache.v  # cross-attention while decoding: the memory's, computed once
+            q, k, v = heads(self.w_q(query)), cache.k, cache.v  # cross-attention while decoding: computed once
         else:
-            k = self.w_k(key).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
-            v = self.w_v(value).view(batch, m, self.n_heads, self.d_k).transpose(1, 2)
+            if query is key is value and self._packs(query):  # self-attention on a GPU: one wide product
+                q, k, v = (heads(x) for x in self._packed_projection(query).chunk(3, dim=-1))
+            else:
+                q, k, v = heads(self.w_q(query)), heads(self.w_k(key)), heads(self.w_v(value))
             if cache is not None:  # self-attention while decoding: the earlier positions' too
                 k, v = cache.update(k, v)
         mask = self._head_mask(mask, batch, n, k.shape[2])
@@ -294,6 +312,18 @@ class MultiHeadAttention(nn.Module):
         # (B, h, n, d_k) -> (B, n, h * d_k): concatenate the heads, then mix them with W^O.
         heads = heads.transpose(1, 2).reshape(batch, n, self.d_model)
         return self.w_o(heads), weights
+
+    def _packs(self, x: torch.Tensor) -> bool:
+        return x.is_cuda if self.pack_projections is None else bool(self.pack_projections)
+
+    def _packed_projection(self, x: torch.Tensor) -> torch.Tensor:
+        """``[x W^Q; x W^K; x W^V]`` ``(B, n, 3 d_model)`` from one product with the stacked weights."""
+        linears = (self.w_q, self.w_k, self.w_v)
+        weight = torch.cat([linear.weight for linear in linears])
+        biases = [linear.bias for linear in linears]
+        bias = None if all(b is None for b in biases) else torch.cat(
+            [b if b is not None else linear.weight.new_zeros(self.d_model) for b, linear in zip(biases, linears)])
+        return F.linear(x, weight, bias)
 
     @staticmethod
     def _fused_attention(q, k, v, mask, bias, p, causal=False):  # noqa: ANN001, ANN205 - private
@@ -397,3 +427,39 @@ class KVCache:
         if self.k is None:
             return KVCache(static=self.static)
         return KVCache(self.k.index_select(0, index), self.v.index_select(0, index), self.static)
+
+
+ATTENTION_KERNELS = ("flash", "efficient", "cudnn", "math")
+"""The kernels behind PyTorch's ``F.scaled_dot_product_attention`` that
+:func:`prefer_attention_kernel` can put first: FlashAttention, the memory-efficient kernel,
+NVIDIA's cuDNN attention, and the plain formula (``math``); in this order otherwise."""
+
+
+@contextmanager
+def prefer_attention_kernel(name: str | None) -> Iterator[None]:
+    """Within the ``with`` block, the fused attention (``need_weights=False``) tries kernel
+    ``name`` first, then the others in the order of :data:`ATTENTION_KERNELS`; every kernel
+    stays allowed, so an input the preferred kernel cannot take runs on the next one. ``None``
+    changes nothing.
+
+    PyTorch tries FlashAttention first. On Hopper GPUs (H100, H200) NVIDIA's cuDNN attention
+    is often the faster one for training shapes; it is not PyTorch's first choice because
+    some releases and shapes of it have had numerical problems, so prefer it only where a
+    run has been measured and checked (``TrainConfig.attention_kernel`` does it for
+    :func:`transformer_book.training.fit`).
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`ATTENTION_KERNELS`.
+    """
+    if name is None:
+        yield
+        return
+    if name not in ATTENTION_KERNELS:
+        raise ValueError(f"prefer_attention_kernel: unknown kernel {name!r}; choose one of {ATTENTION_KERNELS}")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    order = [backends[name]] + [backend for key, backend in backends.items() if key != name]
+    with sdpa_kernel(order, set_priority=True):
+        yield

@@ -39,6 +39,7 @@ from torch.optim.lr_scheduler import LambdaLR
 # unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
 from tqdm.std import tqdm
 
+from transformer_book.attention import ATTENTION_KERNELS, prefer_attention_kernel
 from transformer_book.flops import mfu, peak_flops
 from transformer_book.models import BERT, BERTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
 from transformer_book.runtime import seed_everything
@@ -257,6 +258,9 @@ class TrainConfig:
     ``compile_mode`` is passed to ``torch.compile``: ``"default"``, ``"reduce-overhead"`` (CUDA
     graphs: the step's kernels replayed with one launch, for small models whose time goes to
     launching kernels), ``"max-autotune"`` or ``"max-autotune-no-cudagraphs"``.
+    ``attention_kernel`` (one of :data:`transformer_book.attention.ATTENTION_KERNELS`, e.g.
+    ``"cudnn"`` on an H100) is the fused attention kernel the training step tries first
+    (:func:`transformer_book.attention.prefer_attention_kernel`); ``None`` leaves PyTorch's choice.
     ``flops_per_token`` (e.g. :func:`transformer_book.flops.gpt_flops_per_token`) makes
     :func:`fit` report model FLOPs utilisation against the device's datasheet peak
     (:func:`transformer_book.flops.peak_flops`), when that peak is known.
@@ -281,6 +285,7 @@ class TrainConfig:
     compile: bool | None = None
     compile_mode: str = "default"
     flops_per_token: float | None = None
+    attention_kernel: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "log_every", "checkpoint_every"):
@@ -312,6 +317,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: compile must be None, True or False, got {self.compile!r}")
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f"TrainConfig: compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+        if self.attention_kernel is not None and self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"TrainConfig: attention_kernel must be None or one of {ATTENTION_KERNELS}, "
+                             f"got {self.attention_kernel!r}")
         if self.flops_per_token is not None and not self.flops_per_token > 0:
             raise ValueError(f"TrainConfig: flops_per_token must be positive or None, got {self.flops_per_token}")
 
@@ -632,26 +640,26 @@ def fit(
             step_start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
             batch, upcoming = (upcoming if upcoming is not None else fetch(step)), None
-            with autocast(), tolerant():
+            with autocast(), tolerant(), prefer_attention_kernel(config.attention_kernel):
                 loss, n_tokens = step_module(batch)
             if device.type == "cuda" and done < config.steps:
                 upcoming = fetch(done)  # made and sent while the GPU computes this step's forward pass
-            if world_size == 1:
-                value = loss.detach().item()
-            else:
+            if world_size > 1:
                 counts = torch.tensor([float(n_tokens), loss.detach().float().item() * float(n_tokens)], device=device)
                 dist.all_reduce(counts)                      # global tokens, and the global sum of the loss
                 value = (counts[1] / counts[0]).item()
                 loss = loss * (float(n_tokens) * world_size / counts[0].item())
                 n_tokens = int(counts[0].item())
-            if not math.isfinite(value):
-                raise FloatingPointError(f"fit: training loss is {value} at step {step} (0-based); stopping")
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()
                 scaler.unscale_(optimizer)
             else:
                 loss.backward()
+            if world_size == 1:  # read once the backward pass is queued, so that a GPU never waits for it
+                value = loss.detach().item()
+            if not math.isfinite(value):  # before the update: the weights stay those of the last good step
+                raise FloatingPointError(f"fit: training loss is {value} at step {step} (0-based); stopping")
             if config.clip_norm is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
             if scaler is not None:

@@ -232,7 +232,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     pack_projections: ClassVar[bool | None] = None
-    """Where self-attention computes Q, K and V with one stacked product: ``None`` on CUDA
+    """Where self-attention computes Q, K and V with one stacked product. ``None`` means on CUDA
     tensors only, ``True`` always, ``False`` never (set on the class, or on one module)."""
 
     def __init__(

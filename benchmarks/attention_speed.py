@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
+from timing import add_round_arguments, check_round_arguments, interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.attention import scaled_dot_product_attention
 from transformer_book.runtime import machine_description
 
@@ -97,17 +97,11 @@ def run(device_name: str = "cpu", repeats: int = 15, warmup: int = 3, min_block_
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--repeats", type=int, default=15, help="interleaved measurements per contender")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per contender first")
-    parser.add_argument("--min-block-s", type=float, default=0.2, help="shortest measurement, in seconds")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
+    add_round_arguments(parser, repeats=15, warmup=3, min_block_s=0.2)
     parser.add_argument("--length", type=int, default=LENGTH, help=f"sequence length (default {LENGTH})")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the JSON")
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be at least 1")
+    check_round_arguments(parser, args.repeats, args.threads)
     if args.length < 2:
         parser.error("--length must be at least 2")
     result = run(args.device, args.repeats, args.warmup, args.min_block_s, args.threads, args.length)

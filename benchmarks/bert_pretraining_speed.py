@@ -34,13 +34,13 @@ import json
 from contextlib import nullcontext
 from pathlib import Path
 from statistics import median
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
+from timing import interleaved, training_pass  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.models.bert import BERT, IGNORE_INDEX, BERTConfig, pretraining_loss
 from transformer_book.runtime import machine_description
 from transformer_book.twins import torch_encoder_layer
@@ -129,21 +129,12 @@ def main() -> None:
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.amp and device.type == "cuda" \
         else nullcontext
 
-    def one_pass(name: str) -> Callable[[], None]:
-        model, optimizer = models[name], optimizers[name]
-
-        def run() -> None:
-            for batch in batches:
-                with autocast():
-                    loss = pretraining_loss(model, batch).total
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-
-        return run
+    def loss_of(model: torch.nn.Module, batch: object) -> torch.Tensor:
+        return pretraining_loss(model, batch).total
 
     # one warm-up pass each, then rounds of one pass each, the order alternating
-    timing = interleaved({name: one_pass(name) for name in models}, device, args.repeats, warmup=1)
+    passes = {name: training_pass(models[name], optimizers[name], batches, loss_of, autocast) for name in models}
+    timing = interleaved(passes, device, args.repeats, warmup=1)
     samples = {name: [t / len(batches) for t in timing.samples[name]] for name in models}  # seconds per step
     rows = {name: {"median_ms": median(s) * 1e3, "min_ms": min(s) * 1e3,
                    "sequences_per_s": c["batch"] / median(s), "samples_ms": [x * 1e3 for x in s]}

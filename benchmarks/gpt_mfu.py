@@ -41,7 +41,7 @@ import torch
 
 from timing import event_median  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book import data, flops, training
-from transformer_book.attention import ATTENTION_KERNELS, MultiHeadAttention
+from transformer_book.attention import ATTENTION_KERNELS, MultiHeadAttention, prefer_attention_kernel
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.runtime import machine_description
 
@@ -71,7 +71,6 @@ def product_ceiling(config: GPTConfig, batch: int, device: torch.device) -> dict
     768 x 768 products, FlashAttention) and as it can run them now (Q, K, V stacked into one
     768 x 2304 product, the fastest attention kernel here)."""
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     tokens, d, layers = batch * config.context, config.d_model, config.n_layers
     shapes = {"w_q, w_k, w_v, w_o (each)": (d, d), "Q, K, V stacked": (d, 3 * d), "linear1": (d, config.ff_width),
@@ -88,9 +87,9 @@ def product_ceiling(config: GPTConfig, batch: int, device: torch.device) -> dict
     q, k_, v = (torch.randn(batch, h, config.context, d_k, device=device, dtype=torch.bfloat16, generator=g,
                             requires_grad=True) for _ in range(3))
     flops_attention = 12 * batch * config.context**2 * d        # the convention of flops.gpt_flops_per_token
-    for kernel, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        def attention(backend=backend) -> None:
-            with sdpa_kernel([backend]):
+    for kernel in ("flash", "cudnn"):
+        def attention(kernel=kernel) -> None:
+            with prefer_attention_kernel(kernel, only=True):
                 F.scaled_dot_product_attention(q, k_, v, is_causal=True).sum().backward()
 
         try:
@@ -119,12 +118,8 @@ def product_ceiling(config: GPTConfig, batch: int, device: torch.device) -> dict
 
 def kernel_runs(model: GPT, tokens: torch.Tensor, kernel: str) -> bool:
     """Whether a forward pass runs with this fused attention kernel as the only one allowed."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-               "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[kernel]
     try:
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel([backend]):
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16), prefer_attention_kernel(kernel, only=True):
             model(tokens)
         return True
     except RuntimeError:

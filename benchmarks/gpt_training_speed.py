@@ -31,13 +31,12 @@ import argparse
 import json
 from pathlib import Path
 from statistics import median
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
+from timing import interleaved, training_pass  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.masks import causal_mask
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.twins import torch_encoder_layer
@@ -107,20 +106,12 @@ def main() -> None:
                   for name, model in (("ours", ours), ("torch", theirs))}
     models = {"ours": ours, "torch": theirs}
 
-    def one_pass(name: str) -> Callable[[], None]:
-        model, optimizer = models[name], optimizers[name]
-
-        def run() -> None:
-            for batch in batches:
-                loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, 65), batch[:, 1:].reshape(-1))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-
-        return run
+    def loss_of(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(batch[:, :-1]).reshape(-1, 65), batch[:, 1:].reshape(-1))
 
     # one warm-up pass each, then rounds of one pass each, the order alternating
-    timing = interleaved({name: one_pass(name) for name in models}, device, args.repeats, warmup=1)
+    passes = {name: training_pass(models[name], optimizers[name], batches, loss_of) for name in models}
+    timing = interleaved(passes, device, args.repeats, warmup=1)
     samples = {name: [t / len(batches) for t in timing.samples[name]] for name in models}  # seconds per step
     tokens = c["batch"] * c["context"]
     rows = {name: {"median_ms": median(s) * 1e3, "min_ms": min(s) * 1e3,

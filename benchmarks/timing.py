@@ -11,13 +11,49 @@ a clock is read, so that the kernels a block queued are counted in it.
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
+
+
+def add_round_arguments(parser: argparse.ArgumentParser, *, repeats: int, warmup: int, min_block_s: float,
+                        warmup_help: str = "untimed calls per contender first") -> None:
+    """The command-line options of :func:`interleaved`'s rounds: ``--repeats``, ``--warmup``,
+    ``--min-block-s``, and ``--threads`` (``torch.set_num_threads``), with this script's defaults."""
+    parser.add_argument("--repeats", type=int, default=repeats, help="interleaved measurements per contender")
+    parser.add_argument("--warmup", type=int, default=warmup, help=warmup_help)
+    parser.add_argument("--min-block-s", type=float, default=min_block_s, help="shortest measurement, in seconds")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
+
+
+def check_round_arguments(parser: argparse.ArgumentParser, repeats: int, threads: int | None) -> None:
+    """Stop with the parser's usage message on a round count or thread count below 1."""
+    if repeats < 1:
+        parser.error("--repeats must be at least 1")
+    if threads is not None and threads < 1:
+        parser.error("--threads must be at least 1")
+
+
+def training_pass(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Sequence[Any],
+                  loss_of: Callable[[torch.nn.Module, Any], torch.Tensor],
+                  autocast: Callable[[], AbstractContextManager] = nullcontext) -> Callable[[], None]:
+    """A contender for :func:`interleaved`: one training step (``loss_of(model, batch)`` under
+    ``autocast``, backward, optimizer step) on each batch in turn."""
+    def run() -> None:
+        for batch in batches:
+            with autocast():
+                loss = loss_of(model, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+
+    return run
 
 
 def _sync(device: torch.device) -> None:

@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
+from timing import add_round_arguments, check_round_arguments, interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.models import Transformer, TransformerConfig, shift_right
 from transformer_book.positional import SinusoidalPositionalEncoding
 from transformer_book.runtime import machine_description
@@ -365,10 +365,8 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--repeats", type=int, default=7, help="interleaved measurements per contender")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed passes over the batches per contender first")
-    parser.add_argument("--min-block-s", type=float, default=0.5, help="shortest measurement, in seconds")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
+    add_round_arguments(parser, repeats=7, warmup=1, min_block_s=0.5,
+                        warmup_help="untimed passes over the batches per contender first")
     parser.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA only)")
     parser.add_argument("--vocab", type=int, default=None, help=f"joint vocabulary (default {FULL['vocab']})")
     parser.add_argument("--d-model", type=int, default=None, help=f"default {FULL['d_model']}")
@@ -393,10 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.vocab is not None and args.vocab <= N_SPECIAL:
         parser.error(f"--vocab must exceed the {N_SPECIAL} special ids")
     repeats, warmup, min_block_s = (1, 1, 0.0) if args.smoke else (args.repeats, args.warmup, args.min_block_s)
-    if repeats < 1:
-        parser.error("--repeats must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be at least 1")
+    check_round_arguments(parser, repeats, args.threads)
     if args.amp and args.device != "cuda":
         parser.error("--amp is for --device cuda only")
     result = run(args.device, repeats, warmup, min_block_s, args.threads, args.amp, sizes)

@@ -617,3 +617,23 @@ def test_prefer_attention_kernel_puts_the_kernel_first_and_restores_the_order():
     with pytest.raises(ValueError, match=r"unknown kernel 'cudn'.*'cudnn'"):
         with prefer_attention_kernel("cudn"):
             pass
+
+
+def test_prefer_attention_kernel_only_allows_no_other_kernel():
+    """``only=True`` disables the rest: on the CPU (whose fused path is a flash kernel) only
+    ``math`` runs the plain formula, and only ``cudnn`` (a GPU kernel) leaves nothing to run."""
+    import torch.nn.functional as F
+    from torch.profiler import profile
+
+    from transformer_book.attention import prefer_attention_kernel
+
+    q = torch.randn(1, 2, 6, 4)
+    with prefer_attention_kernel("math", only=True), profile() as prof:
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    ops = {event.key for event in prof.key_averages()}
+    assert "aten::_scaled_dot_product_attention_math" in ops
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in ops
+    with pytest.raises(RuntimeError):
+        with prefer_attention_kernel("cudnn", only=True):
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert torch.backends.cuda.flash_sdp_enabled()  # restored afterwards

@@ -436,11 +436,12 @@ NVIDIA's cuDNN attention, and the plain formula (``math``); in this order otherw
 
 
 @contextmanager
-def prefer_attention_kernel(name: str | None) -> Iterator[None]:
+def prefer_attention_kernel(name: str | None, *, only: bool = False) -> Iterator[None]:
     """Within the ``with`` block, the fused attention (``need_weights=False``) tries kernel
     ``name`` first, then the others in the order of :data:`ATTENTION_KERNELS`; every kernel
     stays allowed, so an input the preferred kernel cannot take runs on the next one. ``None``
-    changes nothing.
+    changes nothing. ``only=True`` allows no other kernel: an input that ``name`` cannot take
+    raises PyTorch's ``RuntimeError`` (how a benchmark checks which kernel runs).
 
     PyTorch tries FlashAttention first. On Hopper GPUs (H100, H200) NVIDIA's cuDNN attention
     is often the faster one for training shapes; it is not PyTorch's first choice because
@@ -460,6 +461,6 @@ def prefer_attention_kernel(name: str | None) -> Iterator[None]:
 
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
-    order = [backends[name]] + [backend for key, backend in backends.items() if key != name]
+    order = [backends[name]] + ([] if only else [backend for key, backend in backends.items() if key != name])
     with sdpa_kernel(order, set_priority=True):
         yield

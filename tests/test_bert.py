@@ -264,3 +264,74 @@ def test_bert_loss_for_fit_returns_the_total_and_logs_both_parts():
                     "nsp_correct": expected.nsp_correct, "n_predictions": 9, "n_pairs": 3}]
     with pytest.raises(ValueError, match="log must be a list"):
         bert_loss(log=())
+
+
+# ---- ALiBi instead of learned positions; pretraining without NSP ----------------------------------
+
+def test_alibi_bert_counts_no_position_vectors():
+    config = BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=4, n_layers=2, position="alibi")
+    model = BERT(config)
+    assert model.position_embedding is None and "position_embedding.weight" not in model.state_dict()
+    assert "alibi.slopes" not in model.state_dict()                  # a constant, rebuilt from the config
+    learned = BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=4, n_layers=2)
+    assert parameter_breakdown(learned)["embeddings"] - parameter_breakdown(config)["embeddings"] == 16 * 16
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(config, heads=True)
+    assert meta_count(config) == parameter_count(config, heads=True)
+
+
+def test_alibi_bert_is_pytorchs_encoder_with_the_distance_penalty_as_a_float_mask():
+    model = small(position="alibi", n_heads=2, norm_first=True).double().eval()
+    batch = a_batch()
+    n = batch.tokens.shape[1]
+    e = model.token_embedding.weight[batch.tokens] + model.segment_embedding.weight[batch.segments]
+    expected = F.layer_norm(e, (16,), model.embedding_norm.gamma, model.embedding_norm.beta, eps=1e-12)
+    torch.testing.assert_close(model.embed(batch.tokens, batch.segments), expected)
+    slopes = torch.tensor([2.0 ** -4, 2.0 ** -8], dtype=torch.float64)          # 2 heads: 2^(-8k/2), k = 1, 2
+    distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().double()
+    penalty = (-slopes[:, None, None] * distance).repeat(batch.tokens.shape[0], 1, 1)   # (B * h, n, n)
+    for layer in model.encoder.layers:
+        expected = twins.torch_encoder_layer(layer)(expected, src_mask=penalty)
+    expected = F.layer_norm(expected, (16,), model.encoder.norm.gamma, model.encoder.norm.beta, eps=1e-12)
+    torch.testing.assert_close(model.encode(batch.tokens, batch.segments), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_alibi_bert_reads_a_reversed_sentence_reversed_and_learned_positions_do_not():
+    """|i - j| does not change when a sequence is read backwards: without position vectors the
+    encoder is equivariant to reversal (with one segment and no padding); with them it is not."""
+    tokens = torch.randint(5, V, (2, 11), generator=torch.Generator().manual_seed(3))
+    for position, equivariant in (("alibi", True), ("learned", False)):
+        model = small(position=position).double().eval()
+        forward, backward = model.encode(tokens), model.encode(tokens.flip(1)).flip(1)
+        assert torch.allclose(forward, backward, atol=1e-10) is equivariant
+
+
+def test_alibi_attention_prefers_near_keys_before_any_training():
+    model = small(position="alibi", n_heads=2).eval()
+    x = model.embed(torch.randint(5, V, (4, 16)))
+    _, weights = model.encoder.layers[0].self_attn(x, x, x, bias=model.alibi(16), need_weights=True)
+    by_distance = torch.stack([weights.diagonal(offset=k, dim1=-2, dim2=-1).mean(dim=(0, 2)) for k in range(1, 12)],
+                              dim=1)                             # (heads, distance 1..11)
+    assert (by_distance[:, :-1] > by_distance[:, 1:]).all()    # every head: the nearer, the heavier
+
+
+def test_pretraining_without_nsp_is_the_mlm_loss_alone():
+    model = small()
+    batch = a_batch()
+    with_nsp = pretraining_loss(model, batch)
+    without = pretraining_loss(model, batch._replace(is_next=torch.zeros(7)), nsp=False)  # is_next is not read
+    assert without.total.item() == pytest.approx(with_nsp.mlm.item())
+    assert without.nsp is None and without.nsp_correct is None and without.n_predictions == with_nsp.n_predictions
+    log = []
+    loss, n = bert_loss(log, nsp=False)(model, batch)
+    assert loss.item() == pytest.approx(with_nsp.mlm.item()) and n == with_nsp.n_predictions
+    assert log[0]["nsp"] is None and log[0]["nsp_correct"] is None
+    scores = evaluate_pretraining(model, [batch, a_batch(seed=1)], nsp=False)
+    assert set(scores) == {"mlm_loss", "mlm_perplexity", "n_predictions", "n_pairs"}
+    assert scores["mlm_loss"] == pytest.approx(evaluate_pretraining(model, [batch, a_batch(seed=1)])["mlm_loss"])
+    with pytest.raises(ValueError, match="nsp must be a bool"):
+        bert_loss(nsp=1)
+
+
+def test_position_must_be_known():
+    with pytest.raises(ValueError, match=r"position must be one of \('learned', 'alibi'\), got 'rotary'"):
+        BERTConfig(vocab_size=V, position="rotary")

@@ -562,3 +562,67 @@ def test_fourier_features_gradients_and_limits():
 def test_fourier_features_bad_arguments_raise(kwargs, name):
     with pytest.raises(ValueError, match=re.escape(name)):
         LearnableFourierFeatures(d_model=4, **kwargs)
+
+
+# --------------------------------------------------------------------------- ALiBi
+
+def test_alibi_slopes_for_powers_of_two_are_the_papers_geometric_sequence():
+    from transformer_book.positional import alibi_slopes
+
+    assert alibi_slopes(8).tolist() == [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]
+    for h in (1, 2, 4, 16):
+        s = alibi_slopes(h)
+        assert s[0].item() == pytest.approx(2.0 ** (-8 / h)) and s.dtype == torch.float64
+        torch.testing.assert_close(s[1:] / s[:-1], torch.full((h - 1,), 2.0 ** (-8 / h), dtype=torch.float64))
+
+
+def test_alibi_slopes_between_powers_of_two_interleave_the_next_power():
+    from transformer_book.positional import alibi_slopes
+
+    # 6 heads: the 4 slopes of 4 heads, then slopes 1 and 3 of 8 heads (1/2 and 1/8)
+    assert alibi_slopes(6).tolist() == [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]
+    assert alibi_slopes(3).tolist() == [2 ** -4, 2 ** -8, 2 ** -2]
+    assert len(set(alibi_slopes(12).tolist())) == 12
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    from transformer_book.positional import ALiBi, alibi_slopes
+
+    bias = ALiBi(4)(5)
+    slopes = alibi_slopes(4).float()
+    for h in range(4):
+        for i in range(5):
+            for j in range(5):
+                assert bias[h, i, j].item() == pytest.approx(-slopes[h].item() * abs(i - j))
+    torch.testing.assert_close(bias, bias.transpose(1, 2))                  # symmetric both ways
+    causal = ALiBi(4, bidirectional=False)(5)
+    assert torch.equal(causal.tril(), bias.tril()) and (causal.triu(1) == 0).all()
+
+
+def test_alibi_with_earlier_keys_aligns_the_queries_with_the_last_positions():
+    from transformer_book.positional import ALiBi
+
+    alibi = ALiBi(2, bidirectional=False)
+    torch.testing.assert_close(alibi(2, 6), alibi(6)[:, 4:])
+    torch.testing.assert_close(ALiBi(2)(3, 7), ALiBi(2)(7)[:, 4:])
+
+
+def test_alibi_has_no_parameters_and_follows_the_module():
+    from transformer_book.positional import ALiBi
+
+    alibi = ALiBi(8)
+    assert list(alibi.parameters()) == [] and alibi.state_dict() == {}
+    assert alibi.double().slopes.dtype == torch.float64 and alibi(3).dtype == torch.float64
+
+
+def test_alibi_errors():
+    from transformer_book.positional import ALiBi, alibi_slopes
+
+    with pytest.raises(ValueError, match="n_heads must be an int >= 1"):
+        alibi_slopes(0)
+    with pytest.raises(ValueError, match="bidirectional must be a bool"):
+        ALiBi(2, bidirectional=1)
+    with pytest.raises(ValueError, match=r"m must be an int >= 3"):
+        ALiBi(2)(3, 2)
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        ALiBi(2)(0)

@@ -459,3 +459,109 @@ def test_batch_errors():
         PretrainingBatches(pairs, 4, vocab_size=40, seed=-3)
     with pytest.raises(ValueError, match="EncodedPairs: ids must be a 1-D integer array"):
         EncodedPairs(np.zeros(5), np.array([0, 5]), np.array([3]), np.array([True]))
+
+
+# ----------------------------------------------------------------------------- packed documents
+
+def word_documents(n_documents=40, seed=0):
+    """Documents of sentences whose every word is unique and says where it stands: d3s4w1 is
+    word 1 of sentence 4 of document 3."""
+    rng = np.random.default_rng(seed)
+    return [[" ".join(f"d{d}s{s}w{w}" for w in range(int(rng.integers(1, 9))))
+             for s in range(int(rng.integers(1, 25)))] for d in range(n_documents)]
+
+
+def places_of(tok, ids):
+    """(document, sentence, word) of every id that is a word (not a special)."""
+    words = {i: w for w, i in tok.ids.items()}
+    out = []
+    for i in ids:
+        if i in words:
+            d, s, w = words[i][1:].replace("s", " ").replace("w", " ").split()
+            out.append((int(d), int(s), int(w)))
+    return out
+
+
+def test_packed_text_is_every_document_in_order_cut_at_sentences():
+    docs = word_documents()
+    tok = WordIds()
+    packed = pretraining.pack_documents(tok, docs, max_len=20, nsp=False)
+    assert (packed.first_lengths == packed.lengths).all() and (packed.lengths <= 20).all()
+    read = []
+    for ids, segments, _ in packed:
+        assert ids[0] == CLS_ID and ids[-1] == SEP_ID and set(segments) == {0}
+        places = places_of(tok, ids)
+        assert len({d for d, _, _ in places}) == 1                     # never across documents
+        assert places[0][2] == 0                                       # starts a sentence (none is longer than 18)
+        read += places
+    expected = [(d, s, w) for d, doc in enumerate(docs) for s, sentence in enumerate(doc)
+                for w in range(len(sentence.split()))]
+    assert read == expected                                            # nothing lost, nothing repeated
+    batch = PretrainingBatches(packed, 8, vocab_size=10 + len(tok.ids))(0)
+    assert (batch.segments == 0).all()
+
+
+def test_a_sentence_longer_than_the_sequence_is_cut():
+    tok = WordIds()
+    docs = [[" ".join(f"d0s0w{w}" for w in range(30)), "d0s1w0"]]
+    packed = pretraining.pack_documents(tok, docs, max_len=12, nsp=False)
+    assert packed.lengths.tolist() == [12, 12, 12, 3]      # 10 + 10 + 10 pieces, then the next sentence
+    assert [w for ids, _, _ in packed for _, _, w in places_of(tok, ids)] == list(range(30)) + [0]
+
+
+def test_segment_pairs_follow_on_or_come_from_another_document():
+    docs = word_documents(200)
+    tok = WordIds()
+    packed = pretraining.pack_documents(tok, docs, max_len=24, nsp=True, seed=0)
+    assert (packed.lengths <= 24).all()
+    own = []
+    for ids, segments, is_next in packed:
+        n_a = segments.count(0)
+        a, b = places_of(tok, ids[:n_a]), places_of(tok, ids[n_a:])
+        assert a and b and len({d for d, _, _ in a}) == 1 and len({d for d, _, _ in b}) == 1
+        if is_next:
+            assert a[0][0] == b[0][0]
+            last, first = a[-1], b[0]
+            sentence = docs[last[0]][last[1]].split()
+            follows = (first[1:] == (last[1], last[2] + 1)) or \
+                (first[1:] == (last[1] + 1, 0) and last[2] == len(sentence) - 1)
+            assert follows                                               # B continues A's text exactly
+            own += a + b
+        else:
+            assert a[0][0] != b[0][0]                                    # B from another document
+            own += a
+    n_next = int(packed.is_next.sum())
+    assert within_binomial(n_next, len(packed), 0.5)
+    expected = [(d, s, w) for d, doc in enumerate(docs) for s, sentence in enumerate(doc)
+                for w in range(len(sentence.split()))]
+    assert sorted(own) == expected                                       # the text of the documents, once each
+
+
+def test_packing_depends_only_on_the_seed():
+    docs = word_documents(30)
+    first, again = (pretraining.pack_documents(WordIds(), docs, 20, seed=5) for _ in range(2))
+    other = pretraining.pack_documents(WordIds(), docs, 20, seed=6)
+    np.testing.assert_array_equal(first.ids, again.ids)
+    np.testing.assert_array_equal(first.is_next, again.is_next)
+    assert not np.array_equal(first.is_next, other.is_next) or not np.array_equal(first.ids, other.ids)
+
+
+def test_pack_documents_errors():
+    docs = word_documents(3)
+    with pytest.raises(ValueError, match="max_len must be an int >= 5"):
+        pretraining.pack_documents(WordIds(), docs, 4)
+    with pytest.raises(ValueError, match="nsp must be a bool"):
+        pretraining.pack_documents(WordIds(), docs, 20, nsp="yes")
+    with pytest.raises(ValueError, match=r"next_prob must lie in \[0, 1\]"):
+        pretraining.pack_documents(WordIds(), docs, 20, next_prob=1.5)
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        pretraining.pack_documents(WordIds(), docs, 20, seed=-1)
+    with pytest.raises(ValueError, match="at least 2 documents"):
+        pretraining.pack_documents(WordIds(), docs[:1], 20, nsp=True)
+    pretraining.pack_documents(WordIds(), docs[:1], 20, nsp=False)        # text needs one document only
+    with pytest.raises(ValueError, match="every sentence must be a str"):
+        pretraining.pack_documents(WordIds(), [["a b", 3], ["c"]], 20)
+    with pytest.raises(ValueError, match="no sentence encodes to any piece"):
+        pretraining.pack_documents(WordIds(), [[""], [" "]], 20, nsp=False)
+    with pytest.raises(ValueError, match="2 documents with text"):
+        pretraining.pack_documents(WordIds(), [["a b"], [""]], 20, nsp=True)

@@ -1,52 +1,157 @@
-"""Tests of transformer_book.small_bert, chapter 13's BERT for the later chapters: the recipe
-per profile and device, the optimisation settings, where the checkpoint lives, and loading a
-saved model (never the pretraining branch, which the tests forbid by patching it away)."""
+"""Tests of transformer_book.small_bert, chapter 13's BERT: the recipes (per profile and device,
+the study's variants), the data and training of a tiny recipe, the stored compute study, the
+optimisation settings, where the checkpoint lives, and loading a saved model (never the full
+pretraining branch, which the tests forbid by patching it away)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
+import numpy as np
 import pytest
 import torch
 
 from transformer_book import small_bert, training
 from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.models.bert import BERT, BERTConfig
-from transformer_book.small_bert import MAX_LEN, checkpoint_path, load_or_pretrain, recipe, train_config
+from transformer_book.models.bert import evaluate_pretraining
+from transformer_book.small_bert import (
+    FIRST_EDITION,
+    INPUTS,
+    MAX_LEN,
+    Recipe,
+    checkpoint_path,
+    load_or_pretrain,
+    load_study,
+    prepare_data,
+    pretrain,
+    recipe,
+    seconds_per_step,
+    study_recipes,
+    train_config,
+    unigram_cross_entropy,
+    validation_batches,
+    validation_mlm,
+)
 from transformer_book.wordpiece import WordPieceTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-QUICK = dict(sizes=dict(d_model=32, n_heads=2, n_layers=1), batch=16, budget_s=3.0, lr=1e-3, vocab_size=2_000,
-             n_documents=150)
-FULL_GPU = dict(sizes=dict(d_model=256, n_heads=4, n_layers=4), batch=128, budget_s=600.0, lr=1e-3, vocab_size=8_000,
-                n_documents=None)
-FULL_CPU = dict(sizes=dict(d_model=128, n_heads=2, n_layers=2), batch=32, budget_s=1200.0, lr=1e-3, vocab_size=8_000,
-                n_documents=None)
-
-
-def fields(r) -> dict:
-    return dict(sizes=r.sizes, batch=r.batch, budget_s=r.budget_s, lr=r.lr, vocab_size=r.vocab_size,
-                n_documents=r.n_documents)
-
-
-@pytest.mark.parametrize("device, profile, expected", [
-    ("cpu", "quick", QUICK), ("cuda", "quick", QUICK), (torch.device("cuda:0"), "quick", QUICK),
-    ("cpu", "full", FULL_CPU), (torch.device("cpu"), "full", FULL_CPU),
-    ("cuda", "full", FULL_GPU), (torch.device("cuda:0"), "full", FULL_GPU), ("cuda:1", "full", FULL_GPU),
-])
-def test_recipe_per_device_and_profile(device, profile, expected):
-    r = recipe(device, profile)
-    assert fields(r) == expected
-    BERTConfig(r.vocab_size, max_len=MAX_LEN, **r.sizes)  # the sizes make a valid model
+def test_recipe_per_device_and_profile():
+    quick = recipe("cpu", "quick")
+    assert (quick.d_model, quick.n_layers, quick.vocab_size, quick.n_documents, quick.steps) == (32, 1, 2_000, 150, 20)
+    assert recipe("cuda", "quick") == quick == recipe(torch.device("cuda:0"), "quick")
+    assert recipe("cpu", "full") == Recipe() == recipe(torch.device("cpu"), "full")
+    gpu = recipe("cuda", "full")
+    assert gpu == recipe("cuda:1", "full") and gpu.d_model == 256 and gpu.n_layers == 4 and gpu.batch == 128
+    for r in (quick, Recipe(), gpu):
+        BERT(r.bert_config(r.vocab_size))                      # every recipe makes a valid model
     assert MAX_LEN == 128
 
 
 def test_recipe_defaults_to_the_current_profile(monkeypatch):
     monkeypatch.setenv("TB_PROFILE", "quick")
-    assert fields(recipe("cpu")) == QUICK and fields(recipe("cuda")) == QUICK
+    assert recipe("cpu") == recipe("cpu", "quick")
     monkeypatch.setenv("TB_PROFILE", "full")
-    assert fields(recipe("cpu")) == FULL_CPU and fields(recipe("cuda")) == FULL_GPU
-    monkeypatch.delenv("TB_PROFILE")
-    assert fields(recipe("cuda")) == FULL_GPU
+    assert recipe("cpu") == Recipe() and recipe("cuda") == recipe("cuda", "full")
+
+
+def test_the_chosen_recipe_and_the_first_editions():
+    chosen = Recipe()
+    assert (chosen.position, chosen.norm_first, chosen.dropout, chosen.inputs, chosen.select_prob) == \
+        ("alibi", True, 0.0, "text", 0.3) and not chosen.nsp
+    assert (FIRST_EDITION.position, FIRST_EDITION.norm_first, FIRST_EDITION.dropout, FIRST_EDITION.inputs,
+            FIRST_EDITION.select_prob) == ("learned", False, 0.1, "sentence pairs", 0.15) and FIRST_EDITION.nsp
+    config = chosen.bert_config(1234)
+    assert (config.vocab_size, config.max_len, config.position, config.norm_first, config.n_heads) == \
+        (1234, MAX_LEN, "alibi", True, 8)
+
+
+def test_every_study_recipe_but_the_first_edition_changes_one_choice():
+    recipes = study_recipes()
+    base = recipes["chosen"]
+    assert base == Recipe() and recipes["first edition"] == FIRST_EDITION
+    for name, r in recipes.items():
+        if name in ("chosen", "first edition"):
+            continue
+        changed = {f for f in dataclasses.asdict(base) if getattr(r, f) != getattr(base, f)}
+        assert changed and (len(changed) == 1 or changed == {"max_len", "batch"}), (name, changed)
+    assert len(set(recipes.values())) == len(recipes)
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(d_model=0), "d_model must be a positive int"), (dict(position="rope"), "position must be one of"),
+    (dict(inputs="pairs"), "inputs must be one of"), (dict(select_prob=0.0), r"select_prob must lie in \(0, 1\)"),
+    (dict(max_len=256), r"max_len must lie in \[8, 128\]"), (dict(lr=0.0), "lr must be positive"),
+    (dict(n_documents=1), "n_documents must be None or an int >= 2"), (dict(n_heads=3), "not divisible"),
+    (dict(steps=True), "steps must be a positive int"),
+])
+def test_recipe_errors(changes, match):
+    with pytest.raises(ValueError, match=match):
+        Recipe(**changes)
+
+
+def small_documents(n=12):
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then", "slept", "in", "sun"]
+    return [[" ".join(rng.choice(words, size=int(rng.integers(3, 9)))) + " ." for _ in range(int(rng.integers(3, 8)))]
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("inputs", INPUTS)
+def test_prepare_and_pretrain_a_tiny_recipe(inputs):
+    r = Recipe(d_model=16, n_heads=2, n_layers=1, vocab_size=60, max_len=24, inputs=inputs, batch=4, steps=6)
+    d = prepare_data(r, small_documents(), small_documents(4))
+    V = len(d.tokenizer)
+    assert 5 < V <= 60 and d.piece_counts.shape == (V,) and d.piece_counts[:5].sum() == 0
+    assert (d.train.lengths <= 24).all() and ((d.train.first_lengths == d.train.lengths).all() == (inputs == "text"))
+    valid = validation_batches(d, batch=4)
+    again = validation_batches(d, batch=4)
+    assert all(torch.equal(a.targets, b.targets) for a, b in zip(valid, again))     # masked once, fixed seed
+    selected = sum(int((b.targets != -100).sum()) for b in valid)
+    maskable = sum(int(((b.tokens > 4) | (b.targets != -100)).sum()) for b in valid)
+    assert 0.05 < selected / maskable < 0.3                                          # BERT's 15%, whatever r says
+    log = []
+    model, history = pretrain(r, d, device="cpu", val_batches=valid, eval_every=3, log=log, progress=False)
+    assert isinstance(model, BERT) and history.train_loss[-1][0] == 6 and len(history.val_loss) == 2
+    curve = validation_mlm(log, history)
+    assert [step for step, _ in curve] == [3, 6]
+    final = evaluate_pretraining(model, valid, nsp=r.nsp)
+    assert curve[-1][1] == pytest.approx(final["mlm_loss"], rel=1e-5)
+    assert seconds_per_step(r, d, device="cpu", steps=2, warmup=1) > 0
+
+
+def test_unigram_cross_entropy_by_hand():
+    r = Recipe(d_model=16, n_heads=2, n_layers=1, vocab_size=60, max_len=24, batch=4)
+    d = prepare_data(r, small_documents(), small_documents(4))
+    valid = validation_batches(d, batch=4)
+    counts = d.piece_counts.astype(float) + 1
+    counts[:5] = 0
+    targets = [int(t) for b in valid for t in b.targets.flatten() if t != -100]
+    expected = -sum(math.log(counts[t] / counts.sum()) for t in targets) / len(targets)
+    assert unigram_cross_entropy(d, valid) == pytest.approx(expected)
+
+
+def test_validation_mlm_refuses_a_log_of_another_run():
+    history = training.History(val_loss=[(3, 1.0)])
+    with pytest.raises(ValueError, match="the log holds 0 validations, the history 1"):
+        validation_mlm([{"training": True, "mlm": 1.0, "n_predictions": 2}], history)
+
+
+def test_the_shipped_study_is_complete_and_ranks_the_chosen_recipe_first():
+    """The measurements chapter 13 plots: every recipe of the study ran for the same time on one
+    machine, and the recipe the chapter trains is the one that ended lowest above the unigram."""
+    study = load_study()
+    runs = {run["name"]: run for run in study["runs"]}
+    assert set(runs) == set(study_recipes())
+    for name, run in runs.items():
+        assert Recipe(**run["recipe"]).replace(steps=Recipe().steps) == study_recipes()[name].replace(steps=Recipe().steps)
+        assert run["recipe"]["steps"] == max(10, int(study["budget_s"] / run["seconds_per_step"]))
+        steps = [step for step, _ in run["val_mlm"]]
+        assert steps == sorted(steps) and steps[-1] == run["recipe"]["steps"]
+    gaps = {name: run["final_unigram_loss"] - run["final_mlm_loss"] for name, run in runs.items()}
+    assert max(gaps, key=gaps.get) == "chosen"
 
 
 @pytest.mark.parametrize("steps, warmup, eval_every, log_every", [
@@ -143,7 +248,7 @@ def test_load_or_pretrain_refuses_a_file_of_another_model(tmp_path, monkeypatch)
         load_or_pretrain(steps=5, device="cpu", path=path, progress=False)
 
 
-@pytest.mark.parametrize("steps", [0, -3, True, False, 1.5, 10.0, "10", None])
+@pytest.mark.parametrize("steps", [0, -3, True, False, 1.5, 10.0, "10"])
 def test_load_or_pretrain_rejects_bad_steps_before_anything_else(tmp_path, monkeypatch, steps):
     path = tmp_path / "absent.pt"
     forbid_pretraining(monkeypatch)

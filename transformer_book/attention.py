@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "ATTENTION_KERNELS",
-           "prefer_attention_kernel"]
+           "prefer_attention_kernel", "heads_removed"]
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -464,3 +464,34 @@ def prefer_attention_kernel(name: str | None, *, only: bool = False) -> Iterator
     order = [backends[name]] + ([] if only else [backend for key, backend in backends.items() if key != name])
     with sdpa_kernel(order, set_priority=True):
         yield
+
+
+@contextmanager
+def heads_removed(attention: MultiHeadAttention, heads: Iterator[int] | list[int] | tuple[int, ...]) -> Iterator[None]:
+    r"""Within the ``with`` block, ``attention`` works without the heads ``heads`` (0-based).
+
+    Multi-head attention is a sum over heads, :math:`\operatorname{MultiHead} = \sum_i
+    \operatorname{head}_i W^O_i` (chapter 3), so removing head :math:`i` is setting its block
+    :math:`W^O_i` (columns :math:`i d_k .. (i+1) d_k - 1` of ``w_o.weight``) to zero, as Michel et
+    al. (2019) did to measure a head's importance. The weights are restored on leaving the block,
+    also after an error.
+
+    Raises:
+        ValueError: ``attention`` is not a :class:`MultiHeadAttention`, or a head index outside
+            ``[0, n_heads)``.
+    """
+    if not isinstance(attention, MultiHeadAttention):
+        raise ValueError(f"heads_removed: expected a MultiHeadAttention, got {type(attention).__name__}")
+    heads = sorted(set(heads))
+    if any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < attention.n_heads for h in heads):
+        raise ValueError(f"heads_removed: heads must be ints in [0, {attention.n_heads}), got {heads}")
+    weight, d_k = attention.w_o.weight, attention.d_k
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            for h in heads:
+                weight[:, h * d_k:(h + 1) * d_k] = 0.0
+        yield
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)

@@ -137,7 +137,9 @@ class EncoderLayer(nn.Module):
     ``need_weights=True``. With a :class:`~transformer_book.attention.KVCache` the
     self-attention also reads the keys and values of earlier calls (incremental decoding).
     ``causal=True`` hides later positions as the causal mask would (see
-    :class:`~transformer_book.attention.MultiHeadAttention`).
+    :class:`~transformer_book.attention.MultiHeadAttention`); ``bias`` (broadcastable to
+    ``(B, h, n, m)``, e.g. :class:`~transformer_book.positional.ALiBi`'s) is added to the
+    self-attention's scaled scores.
     """
 
     def __init__(
@@ -164,10 +166,11 @@ class EncoderLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False,
-        cache: KVCache | None = None, causal: bool = False,
+        cache: KVCache | None = None, causal: bool = False, bias: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights, cache=cache, causal=causal)
+            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights, cache=cache, causal=causal,
+                                          bias=bias)
             return self.dropout1(out), weights
 
         if self.norm_first:

@@ -18,6 +18,10 @@ Word order must therefore be put in by hand. This module holds every encoding of
 * :class:`RelativePositionBias` and :func:`relative_position_bucket` -- T5's learned scalar per
   head and bucket of the offset :math:`j - i`, added to the attention scores,
   :math:`A = \operatorname{softmax}(QK^\top/\sqrt{d_k} + B)`;
+* :func:`alibi_slopes` and :class:`ALiBi` -- Press et al.'s (2022) attention with linear biases:
+  no learned parameter, a penalty :math:`-s_h |i - j|` proportional to the distance, with a
+  fixed slope per head, added to the attention scores (MosaicBERT's bidirectional form, or the
+  causal one);
 * :class:`RotaryEmbedding` -- RoFormer's rotary position embedding (RoPE): queries and keys are
   rotated by position-dependent angles, so that :math:`q_m \cdot k_n` depends on :math:`m - n`
   only;
@@ -33,7 +37,9 @@ Constant tables are registered buffers, so they follow ``module.to(device)``; th
 non-persistent (rebuilt from the constructor's arguments, absent from ``state_dict``).
 
 References: Vaswani et al. 2017, *Attention Is All You Need*; Raffel et al. 2020, *Exploring
-the Limits of Transfer Learning with a Unified Text-to-Text Transformer* (T5); Su et al. 2021,
+the Limits of Transfer Learning with a Unified Text-to-Text Transformer* (T5); Press et al. 2022,
+*Train Short, Test Long: Attention with Linear Biases Enables Input Length Extrapolation*
+(ALiBi); Portes et al. 2023, *MosaicBERT*; Su et al. 2021,
 *RoFormer: Enhanced Transformer with Rotary Position Embedding*; Li et al. 2021, *Learnable
 Fourier Features for Multi-Dimensional Spatial Positional Encoding*.
 """
@@ -53,6 +59,8 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "relative_position_bucket",
     "RelativePositionBias",
+    "alibi_slopes",
+    "ALiBi",
     "RotaryEmbedding",
     "LearnableFourierFeatures",
 ]
@@ -436,6 +444,79 @@ class RelativePositionBias(nn.Module):
             f"n_heads={self.n_heads}, num_buckets={self.num_buckets}, "
             f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
         )
+
+
+# --------------------------------------------------------------------------- ALiBi
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    r"""ALiBi's slope of every head, ``(n_heads,)`` float64 (Press et al. 2022, section 3).
+
+    For :math:`h` a power of two the slopes are the geometric sequence
+    :math:`s_k = 2^{-8k/h}`, :math:`k = 1, \dots, h` (for 8 heads :math:`\tfrac12, \tfrac14,
+    \dots, \tfrac1{256}`). For other :math:`h`, the slopes of the largest power of two
+    :math:`a < h` come first, followed by the first :math:`h - a` of the odd-numbered slopes
+    (:math:`k = 1, 3, 5, \dots`) of :math:`2a` heads, as the paper's code does.
+
+    Raises:
+        ValueError: ``n_heads`` not a positive int.
+    """
+    _check_int(n_heads, "n_heads", "alibi_slopes", minimum=1)
+
+    def geometric(h: int) -> list[float]:
+        return [2.0 ** (-8.0 * k / h) for k in range(1, h + 1)]
+
+    a = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = geometric(a) + geometric(2 * a)[0::2][: n_heads - a]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+class ALiBi(nn.Module):
+    r"""Attention with linear biases (ALiBi): a fixed penalty proportional to the distance.
+
+    .. math::
+
+        B_{h, i, j} = -s_h\, |i - j| \quad \text{(bidirectional)}, \qquad
+        B_{h, i, j} = -s_h\, (i - j) \quad \text{(causal: } j \le i\text{; later keys are masked anyway)},
+        \qquad A_h = \operatorname{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_k}} + B_h\right)
+
+    with the slopes :math:`s_h` of :func:`alibi_slopes`. Nothing is learned: from the first
+    step every head prefers near keys to far ones, the steep heads strongly, the shallow ones
+    barely, and the queries and keys only have to learn *what* to look for, not *where*. The
+    model has no position embedding. Press et al. (2022) introduced it for causal language
+    models; MosaicBERT (Portes et al. 2023) uses the bidirectional form in a BERT.
+
+    The output ``(n_heads, n, m)`` broadcasts against scores ``(B, n_heads, n, m)``: pass it as
+    ``bias=`` to :class:`~transformer_book.attention.MultiHeadAttention`. With ``m > n`` (keys
+    of earlier calls in a cache) query :math:`i` sits at position :math:`m - n + i`.
+
+    Args:
+        n_heads: number of attention heads, an int :math:`\ge 1`.
+        bidirectional: ``True`` for an encoder, ``False`` for a causal decoder.
+
+    Buffers:
+        ``slopes``: ``(n_heads,)`` float32, non-persistent.
+    """
+
+    def __init__(self, n_heads: int, *, bidirectional: bool = True) -> None:
+        super().__init__()
+        if not isinstance(bidirectional, bool):
+            raise ValueError(f"ALiBi: bidirectional must be a bool, got {bidirectional!r}")
+        self.n_heads, self.bidirectional = n_heads, bidirectional
+        self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
+
+    def forward(self, n: int, m: int | None = None) -> torch.Tensor:
+        """The bias ``(n_heads, n, m)`` for ``n`` queries and ``m`` keys (default ``m = n``)."""
+        m = n if m is None else m
+        _check_int(n, "n", "ALiBi", minimum=1)
+        _check_int(m, "m", "ALiBi", minimum=n)
+        query = torch.arange(m - n, m, device=self.slopes.device)[:, None]
+        key = torch.arange(m, device=self.slopes.device)[None, :]
+        distance = (query - key).abs() if self.bidirectional else (query - key).clamp_min(0)
+        return self.slopes[:, None, None] * (-distance).to(self.slopes.dtype)
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, bidirectional={self.bidirectional}"
 
 
 # --------------------------------------------------------------------------- rotary

@@ -40,6 +40,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.std import tqdm
 
 from transformer_book.attention import ATTENTION_KERNELS, prefer_attention_kernel
+from transformer_book.data.pretraining import IGNORE_INDEX
 from transformer_book.flops import mfu, peak_flops
 from transformer_book.models import BERT, BERTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
 from transformer_book.runtime import seed_everything
@@ -143,8 +144,10 @@ def seq2seq_loss(*, pad_id: int, smoothing: float = 0.0) -> Callable[[nn.Module,
 def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
     """The ``loss_fn`` of :func:`fit` for a language model and ``(x, y)`` batches of next tokens
     (:class:`~transformer_book.data.RandomWindows`): the mean cross-entropy of ``model(x)``
-    against ``y`` over every position, label-smoothed only in training mode, so that the
-    validation loss is the plain cross-entropy (its exponential the perplexity)."""
+    against ``y`` over every position whose target is not ``IGNORE_INDEX`` (-100; e.g. the items
+    of :class:`~transformer_book.data.incontext.InContextBatches`), label-smoothed only
+    in training mode, so that the validation loss is the plain cross-entropy (its exponential the
+    perplexity). The count it returns is the number of positions scored."""
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"language_model_loss: smoothing must lie in [0, 1), got {smoothing}")
 
@@ -152,8 +155,9 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
         x, y = batch
         logits = model(x)
         epsilon = smoothing if model.training else 0.0
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), label_smoothing=epsilon)
-        return loss, y.numel()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), label_smoothing=epsilon,
+                               ignore_index=IGNORE_INDEX)
+        return loss, int((y != IGNORE_INDEX).sum())
 
     return loss_fn
 

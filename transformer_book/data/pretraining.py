@@ -25,9 +25,9 @@ matter: it cannot tell which of the visible tokens it will be asked about.
 The pipeline: :func:`wikitext2_documents` (articles as lists of sentences),
 :func:`make_sentence_pairs` (the NSP pairs), :func:`encode_sentence_pairs` (ids and segments,
 truncated to ``max_len``), and :class:`PretrainingBatches`, which pads and masks a batch for
-any training step (:func:`mask_tokens`). One simplification against the paper: a segment here
-is one sentence, where Devlin et al. packed several consecutive sentences into each segment
-to fill 512 positions.
+any training step (:func:`mask_tokens`). Pairs of single sentences are the simple form; Devlin
+et al. packed several consecutive sentences into each segment to fill the model's length, which
+:func:`pack_documents` does, with next-sentence pairs or (RoBERTa's choice) as plain text.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_
 
 __all__ = [
     "IGNORE_INDEX", "wikitext2_documents", "SentencePair", "make_sentence_pairs", "encode_pair",
-    "EncodedPairs", "encode_sentence_pairs", "maskable_positions", "mask_tokens", "PretrainingBatch",
+    "EncodedPairs", "encode_sentence_pairs", "pack_documents", "maskable_positions", "mask_tokens", "PretrainingBatch",
     "PretrainingBatches",
 ]
 
@@ -254,7 +254,9 @@ class EncodedPairs:
 
     Pair ``i`` is ``ids[offsets[i]:offsets[i + 1]]``, laid out ``[CLS] a [SEP] b [SEP]``;
     its first ``first_lengths[i]`` positions (``[CLS] a [SEP]``) are segment 0, the rest
-    segment 1; ``is_next[i]`` is its NSP label. Build it with :func:`encode_sentence_pairs`,
+    segment 1; ``is_next[i]`` is its NSP label. A sequence of one segment, ``[CLS] a [SEP]``
+    (text for masked-language modelling alone, :func:`pack_documents` with ``nsp=False``), has
+    ``first_lengths[i]`` equal to its length. Build it with :func:`encode_sentence_pairs`,
     or :meth:`from_examples` from ``(ids, segments, is_next)`` triples.
     """
 
@@ -275,8 +277,10 @@ class EncodedPairs:
         if len(self.offsets) != n + 1 or len(self.first_lengths) != n or int(self.offsets[-1]) != len(self.ids):
             raise ValueError(f"EncodedPairs: inconsistent arrays: {n} labels, {len(self.offsets)} offsets, "
                              f"{len(self.first_lengths)} first lengths, {len(self.ids)} ids")
-        if n and (np.any(self.first_lengths < 3) or np.any(self.first_lengths > self.lengths - 2)):
-            raise ValueError("EncodedPairs: every pair needs [CLS] a [SEP] b [SEP] with non-empty a and b")
+        single = self.first_lengths == self.lengths                  # [CLS] a [SEP]: one segment, no B
+        if n and (np.any(self.first_lengths < 3) or np.any((self.first_lengths > self.lengths - 2) & ~single)):
+            raise ValueError("EncodedPairs: every pair needs [CLS] a [SEP] b [SEP] with non-empty a and b "
+                             "(or [CLS] a [SEP], a single segment)")
         if n:
             starts, ends = self.offsets[:-1], self.offsets[1:]
             bad = (self.ids[starts] != CLS_ID) | (self.ids[starts + self.first_lengths - 1] != SEP_ID) | \
@@ -366,6 +370,127 @@ def encode_sentence_pairs(tokenizer, pairs: Sequence[SentencePair], max_len: int
     return EncodedPairs(flat, offsets, np.asarray(firsts, dtype=np.int64),
                         np.asarray([bool(pair[2]) for pair in pairs], dtype=bool))
 
+
+
+def _chunks(sentences: Sequence[np.ndarray], size: int) -> list[list[np.ndarray]]:
+    """Whole sentences gathered in order into chunks of at most ``size`` pieces; a sentence
+    longer than ``size`` is cut into pieces of ``size`` (and a shorter rest)."""
+    chunks: list[list[np.ndarray]] = []
+    current: list[np.ndarray] = []
+    length = 0
+    for sentence in sentences:
+        parts = [sentence[i:i + size] for i in range(0, len(sentence), size)]
+        for part in parts:
+            if length + len(part) > size:
+                chunks.append(current)
+                current, length = [], 0
+            current.append(part)
+            length += len(part)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def pack_documents(tokenizer, documents: Sequence[Sequence[str]], max_len: int, *, nsp: bool = True,  # noqa: ANN001
+                   seed: int = 0, next_prob: float = 0.5) -> EncodedPairs:
+    r"""Documents cut into sequences that fill ``max_len`` pieces: BERT's own data, or RoBERTa's.
+
+    Each document's sentences are encoded (``tokenizer.encode_batch``) and gathered in order into
+    *chunks* of whole sentences with at most ``max_len - 3`` pieces (``max_len - 2`` without
+    NSP); a sentence longer than that is cut. No chunk runs across documents.
+
+    * ``nsp=False``, RoBERTa's "doc-sentences" (Liu et al., 2019): every chunk is one segment,
+      ``[CLS] chunk [SEP]``, for masked-language modelling alone.
+    * ``nsp=True``, Devlin et al.'s data: a chunk of :math:`k \ge 2` sentences is cut at a
+      sentence boundary drawn uniformly from :math:`1, \dots, k-1`; the part before is A. With
+      probability ``next_prob`` the part after is B (``is_next``); otherwise B is a run of
+      sentences of another document (drawn uniformly), from a random sentence on, as long as
+      the chunk allows (cut at its end if need be), and the unused rest of the chunk starts the
+      next chunk, so none of the document's own text is lost. A chunk of one sentence is cut
+      in the middle instead of at a sentence boundary.
+
+    Segments of several sentences are what Devlin et al. trained on (pairs of single sentences,
+    :func:`make_sentence_pairs`, were worse in RoBERTa's measurements); full sequences also
+    waste no computation on padding. The draws come from ``numpy.random.default_rng(seed)``.
+
+    Raises:
+        ValueError: fewer than 2 documents (with NSP), ``max_len`` below 5, ``next_prob``
+            outside ``[0, 1]``, a non-int ``seed``, or no sentence that encodes to any piece.
+    """
+    _check_max_len(max_len, "pack_documents")
+    if not isinstance(nsp, bool):
+        raise ValueError(f"pack_documents: nsp must be a bool, got {nsp!r}")
+    if isinstance(next_prob, bool) or not isinstance(next_prob, (int, float)) or not 0.0 <= next_prob <= 1.0:
+        raise ValueError(f"pack_documents: next_prob must lie in [0, 1], got {next_prob!r}")
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"pack_documents: seed must be a non-negative int, got {seed!r}")
+    if isinstance(documents, str) or len(documents) < (2 if nsp else 1):
+        raise ValueError(f"pack_documents: documents must be a list of at least {2 if nsp else 1} documents "
+                         f"(lists of sentences)")
+    texts = [sentence for document in documents for sentence in document]
+    if not all(isinstance(text, str) for text in texts):
+        raise ValueError("pack_documents: every sentence must be a str")
+    encoded = tokenizer.encode_batch(texts) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(t) for t in texts]
+    docs, start = [], 0
+    for document in documents:
+        ids = [np.asarray(x, dtype=np.int32) for x in encoded[start:start + len(document)]]
+        start += len(document)
+        ids = [x for x in ids if len(x)]
+        if ids:
+            docs.append(ids)
+    if not docs:
+        raise ValueError("pack_documents: no sentence encodes to any piece")
+    examples: list[tuple[np.ndarray, np.ndarray | None, bool]] = []
+    if not nsp:
+        examples = [(np.concatenate(chunk), None, True) for document in docs for chunk in _chunks(document, max_len - 2)]
+    else:
+        if len(docs) < 2:
+            raise ValueError("pack_documents: next-sentence prediction needs at least 2 documents with text")
+        rng = np.random.default_rng(seed)
+        size = max_len - 3
+        for index, document in enumerate(docs):
+            pending = [part for chunk in _chunks(document, size) for part in chunk]   # sentences, none > size
+            while pending:
+                chunk, length = [], 0
+                while pending and length + len(pending[0]) <= size:
+                    length += len(pending[0])
+                    chunk.append(pending.pop(0))
+                if len(chunk) == 1:                                          # one sentence: cut in the middle
+                    sentence = chunk[0]
+                    half = max(1, len(sentence) // 2)
+                    a, rest = sentence[:half], [sentence[half:]] if len(sentence) > 1 else []
+                else:
+                    cut = int(rng.integers(1, len(chunk)))
+                    a, rest = np.concatenate(chunk[:cut]), chunk[cut:]
+                is_next = bool(rng.random() < next_prob) and bool(rest)
+                if is_next:
+                    examples.append((a, np.concatenate(rest), True))
+                    continue
+                other = int(rng.integers(len(docs) - 1))
+                other += other >= index                                       # never this document
+                room = size - len(a)                                          # >= 1: a never fills the chunk
+                b, i = [], int(rng.integers(len(docs[other])))
+                while i < len(docs[other]) and sum(len(x) for x in b) < room:
+                    b.append(docs[other][i])
+                    i += 1
+                examples.append((a, np.concatenate(b)[:room], False))
+                pending = rest + pending                                     # the unused rest comes back
+    ids, offsets, firsts, labels = [], [0], [], []
+    cls, sep = np.array([CLS_ID], dtype=np.int32), np.array([SEP_ID], dtype=np.int32)
+    for a, b, is_next in examples:
+        if b is None:
+            a = a[: max_len - 2]
+            ids += [cls, a, sep]
+            firsts.append(len(a) + 2)
+            offsets.append(offsets[-1] + len(a) + 2)
+        else:
+            len_a, len_b = _truncated(len(a), len(b), max_len, "pack_documents")
+            ids += [cls, a[:len_a], sep, b[:len_b], sep]
+            firsts.append(len_a + 2)
+            offsets.append(offsets[-1] + len_a + len_b + 3)
+        labels.append(is_next)
+    return EncodedPairs(np.concatenate(ids), np.asarray(offsets, dtype=np.int64), np.asarray(firsts, dtype=np.int64),
+                        np.asarray(labels, dtype=bool))
 
 # ----------------------------------------------------------------------------- masking
 

@@ -35,23 +35,31 @@ from torch import nn
 from transformer_book.data.pretraining import IGNORE_INDEX
 from transformer_book.layers import LayerNorm
 from transformer_book.masks import padding_mask
+from transformer_book.positional import ALiBi
 from transformer_book.models.transformer import Encoder
 
 __all__ = [
-    "BERT", "BERTConfig", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",
+    "BERT", "BERTConfig", "POSITIONS", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",
     "pretraining_loss", "bert_loss", "evaluate_pretraining", "IGNORE_INDEX",
 ]
+
+POSITIONS = ("learned", "alibi")
+"""How a :class:`BERT` knows where a piece stands: a learned vector per position, or ALiBi's biases."""
+
 
 @dataclass(frozen=True)
 class BERTConfig:
     """Hyper-parameters of :class:`BERT`.
 
-    ``max_len`` is the number of learned positions; ``d_ff`` defaults to ``4 * d_model``;
+    ``max_len`` is the longest input (the number of learned positions); ``d_ff`` defaults to
+    ``4 * d_model``;
     ``eps`` is the LayerNorms' epsilon (BERT's own code uses ``1e-12``); ``pad_id`` marks
     padding, which no position attends to. ``norm_first=True`` uses pre-LN layers with a final
     LayerNorm (chapter 5) instead of BERT's post-LN: the same model family, easier to train
-    fast at a high learning rate. :meth:`base` and :meth:`large` give the two sizes of the
-    paper.
+    fast at a high learning rate. ``position`` is ``"learned"`` (BERT: one trained vector per
+    position, added to the input) or ``"alibi"`` (no position vector; every attention layer adds
+    ALiBi's fixed distance penalty, :class:`~transformer_book.positional.ALiBi`, as MosaicBERT
+    does). :meth:`base` and :meth:`large` give the two sizes of the paper.
     """
 
     vocab_size: int
@@ -65,6 +73,7 @@ class BERTConfig:
     eps: float = 1e-12
     pad_id: int = 0
     norm_first: bool = False
+    position: str = "learned"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "n_segments"):
@@ -81,6 +90,8 @@ class BERTConfig:
             raise ValueError(f"BERTConfig: eps must be positive, got {self.eps}")
         if not isinstance(self.norm_first, bool):
             raise ValueError(f"BERTConfig: norm_first must be a bool, got {self.norm_first!r}")
+        if self.position not in POSITIONS:
+            raise ValueError(f"BERTConfig: position must be one of {POSITIONS}, got {self.position!r}")
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"BERTConfig: pad_id must be an id in [0, {self.vocab_size}), got {self.pad_id!r}")
 
@@ -108,7 +119,7 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
 
     .. math::
 
-        \text{embeddings} &= (V + P + S)\, d + 2d \\
+        \text{embeddings} &= (V + P + S)\, d + 2d \quad (P = 0 \text{ with ALiBi}) \\
         \text{one layer} &= \underbrace{4(d^2 + d)}_{W_Q, W_K, W_V, W_O}
             + \underbrace{2 d\, d_{ff} + d_{ff} + d}_{\text{FFN}} + \underbrace{4d}_{\text{2 LayerNorms}} \\
         \text{final LayerNorm} &= 2d \ \text{(pre-LN only)}, \qquad
@@ -126,6 +137,8 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
     V, P, S, d, f, L = (config.vocab_size, config.max_len, config.n_segments, config.d_model, config.ff_width,
                         config.n_layers)
     layer = 4 * (d * d + d) + (2 * d * f + f + d) + 4 * d
+    if config.position == "alibi":
+        P = 0                                     # no position vectors: the biases are fixed
     return {
         "embeddings": (V + P + S) * d + 2 * d,
         "encoder": L * layer + (2 * d if config.norm_first else 0),
@@ -154,8 +167,8 @@ class BERTOutput(NamedTuple):
 class BERT(nn.Module):
     """BERT: token, segment and position embeddings, a post-LN encoder, MLM and NSP heads.
 
-    Sub-modules: ``token_embedding``, ``segment_embedding``, ``position_embedding``,
-    ``embedding_norm`` (then ``embedding_dropout``), ``encoder`` (an
+    Sub-modules: ``token_embedding``, ``segment_embedding``, ``position_embedding`` (``None``
+    with ALiBi, whose biases ``alibi`` every attention layer adds instead), ``embedding_norm`` (then ``embedding_dropout``), ``encoder`` (an
     :class:`~transformer_book.models.transformer.Encoder` of post-LN GELU layers, or pre-LN
     ones with a final LayerNorm when ``config.norm_first``), ``pooler``
     (dense + tanh on the ``[CLS]`` position), ``mlm_transform`` and ``mlm_norm`` with
@@ -175,7 +188,8 @@ class BERT(nn.Module):
         self.config = c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.segment_embedding = nn.Embedding(c.n_segments, c.d_model)
-        self.position_embedding = nn.Embedding(c.max_len, c.d_model)
+        self.position_embedding = nn.Embedding(c.max_len, c.d_model) if c.position == "learned" else None
+        self.alibi = ALiBi(c.n_heads) if c.position == "alibi" else None
         self.embedding_norm = LayerNorm(c.d_model, c.eps)
         self.embedding_dropout = nn.Dropout(c.dropout)
         self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=c.norm_first,
@@ -224,16 +238,19 @@ class BERT(nn.Module):
 
     def embed(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         r""":math:`H^{(0)} = \operatorname{dropout}(\operatorname{LN}(E_{tok}[x] + E_{seg}[s] + E_{pos}[0{:}n]))`,
-        ``(B, n, d_model)``."""
+        ``(B, n, d_model)`` (without :math:`E_{pos}` with ALiBi)."""
         segments = self._check(tokens, segments)
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.token_embedding(tokens) + self.segment_embedding(segments) + self.position_embedding(positions)
+        x = self.token_embedding(tokens) + self.segment_embedding(segments)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(torch.arange(tokens.shape[1], device=tokens.device))
         return self.embedding_dropout(self.embedding_norm(x))
 
     def encode(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
-        """The last layer's hidden states ``(B, n, d_model)``; padding keys are excluded."""
+        """The last layer's hidden states ``(B, n, d_model)``; padding keys are excluded, and with
+        ALiBi every layer's scores get the distance penalty."""
         x = self.embed(tokens, segments)
-        return self.encoder(x, padding_mask(tokens, self.config.pad_id))
+        bias = self.alibi(tokens.shape[1]) if self.alibi is not None else None
+        return self.encoder(x, padding_mask(tokens, self.config.pad_id), bias=bias)
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Scores over the vocabulary for hidden states ``(..., d_model)`` -> ``(..., vocab_size)``:
@@ -252,18 +269,20 @@ class BERT(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return f"vocab_size={c.vocab_size}, max_len={c.max_len}, d_model={c.d_model}, n_layers={c.n_layers}"
+        return (f"vocab_size={c.vocab_size}, max_len={c.max_len}, d_model={c.d_model}, n_layers={c.n_layers}, "
+                f"position={c.position!r}")
 
 
 class PretrainingLoss(NamedTuple):
     """One batch's pretraining losses: ``total = mlm + nsp`` (for back-propagation), the MLM
     loss averaged over the ``n_predictions`` selected positions, the NSP loss averaged over the
-    ``n_pairs`` pairs, and ``nsp_correct``, the number of pairs classified right."""
+    ``n_pairs`` pairs, and ``nsp_correct``, the number of pairs classified right. Without
+    next-sentence prediction ``total = mlm`` and ``nsp``, ``nsp_correct`` are ``None``."""
 
     total: torch.Tensor
     mlm: torch.Tensor
-    nsp: torch.Tensor
-    nsp_correct: int
+    nsp: torch.Tensor | None
+    nsp_correct: int | None
     n_predictions: int
     n_pairs: int
 
@@ -276,7 +295,7 @@ def _batch_fields(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                          f"(a PretrainingBatch), got {type(batch).__name__}") from None
 
 
-def pretraining_loss(model: BERT, batch: Any) -> PretrainingLoss:
+def pretraining_loss(model: BERT, batch: Any, *, nsp: bool = True) -> PretrainingLoss:
     r"""BERT's pretraining loss on one batch.
 
     .. math::
@@ -286,7 +305,8 @@ def pretraining_loss(model: BERT, batch: Any) -> PretrainingLoss:
 
     where :math:`S` is the set of selected positions (``targets != IGNORE_INDEX``). Only the
     selected positions go through the MLM head, which is also what makes it cheap: about 15%
-    of the positions, never padding.
+    of the positions, never padding. With ``nsp=False`` the second term is left out (RoBERTa's
+    pretraining: masked-language modelling alone) and ``is_next`` is not read.
 
     Args:
         model: a :class:`BERT`.
@@ -301,7 +321,7 @@ def pretraining_loss(model: BERT, batch: Any) -> PretrainingLoss:
     tokens, segments, targets, is_next = _batch_fields(batch)
     if targets.shape != tokens.shape:
         raise ValueError(f"pretraining_loss: targets have shape {tuple(targets.shape)}, tokens {tuple(tokens.shape)}")
-    if is_next.shape != tokens.shape[:1]:
+    if nsp and is_next.shape != tokens.shape[:1]:
         raise ValueError(f"pretraining_loss: is_next must have shape ({tokens.shape[0]},), got {tuple(is_next.shape)}")
     selected = targets != IGNORE_INDEX
     n_predictions = int(selected.sum())
@@ -309,26 +329,34 @@ def pretraining_loss(model: BERT, batch: Any) -> PretrainingLoss:
         raise ValueError("pretraining_loss: no position is selected for the MLM loss (targets are all IGNORE_INDEX)")
     hidden = model.encode(tokens, segments)
     mlm = F.cross_entropy(model.mlm_logits(hidden[selected]), targets[selected])
+    if not nsp:
+        return PretrainingLoss(mlm, mlm, None, None, n_predictions, tokens.shape[0])
     nsp_scores = model.nsp_logits(hidden)
-    nsp = F.cross_entropy(nsp_scores, is_next)
+    nsp_loss = F.cross_entropy(nsp_scores, is_next)
     correct = int((nsp_scores.argmax(dim=-1) == is_next).sum())
-    return PretrainingLoss(mlm + nsp, mlm, nsp, correct, n_predictions, tokens.shape[0])
+    return PretrainingLoss(mlm + nsp_loss, mlm, nsp_loss, correct, n_predictions, tokens.shape[0])
 
 
-def bert_loss(log: list[dict[str, float]] | None = None) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
-    """The loss function for :func:`~transformer_book.training.fit`: ``(mlm + nsp, n_predictions)``.
+def bert_loss(log: list[dict[str, float]] | None = None, *,
+              nsp: bool = True) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
+    """The loss function for :func:`~transformer_book.training.fit`: ``(mlm + nsp, n_predictions)``,
+    or ``(mlm, n_predictions)`` with ``nsp=False`` (see :func:`pretraining_loss`).
 
     With a list ``log``, every call also appends ``{"training", "mlm", "nsp", "nsp_correct",
     "n_predictions", "n_pairs"}`` to it, so that the MLM and NSP curves can be drawn apart
-    (``training`` tells the training steps from the validation passes).
+    (``training`` tells the training steps from the validation passes; ``nsp`` and
+    ``nsp_correct`` are ``None`` without next-sentence prediction).
     """
     if log is not None and not isinstance(log, list):
         raise ValueError(f"bert_loss: log must be a list or None, got {type(log).__name__}")
+    if not isinstance(nsp, bool):
+        raise ValueError(f"bert_loss: nsp must be a bool, got {nsp!r}")
 
     def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
-        result = pretraining_loss(model, batch)
+        result = pretraining_loss(model, batch, nsp=nsp)
         if log is not None:
-            log.append({"training": model.training, "mlm": result.mlm.item(), "nsp": result.nsp.item(),
+            log.append({"training": model.training, "mlm": result.mlm.item(),
+                        "nsp": None if result.nsp is None else result.nsp.item(),
                         "nsp_correct": result.nsp_correct, "n_predictions": result.n_predictions,
                         "n_pairs": result.n_pairs})
         return result.total, result.n_predictions
@@ -337,30 +365,37 @@ def bert_loss(log: list[dict[str, float]] | None = None) -> Callable[[nn.Module,
 
 
 @torch.no_grad()
-def evaluate_pretraining(model: BERT, batches: Iterable[Any], device: torch.device | str | None = None) -> dict[str, float]:
+def evaluate_pretraining(model: BERT, batches: Iterable[Any], device: torch.device | str | None = None, *,
+                         nsp: bool = True) -> dict[str, float]:
     """MLM loss (weighted by selected positions), NSP loss and accuracy (weighted by pairs) over
     ``batches``, in eval mode (the mode is restored after).
 
     Returns:
-        ``{"mlm_loss", "mlm_perplexity", "nsp_loss", "nsp_accuracy", "n_predictions", "n_pairs"}``.
+        ``{"mlm_loss", "mlm_perplexity", "nsp_loss", "nsp_accuracy", "n_predictions", "n_pairs"}``;
+        with ``nsp=False`` (a model pretrained without next-sentence prediction, whose NSP head
+        is untrained) without the two NSP entries.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
-    mlm = nsp = 0.0
+    mlm = nsp_total = 0.0
     correct = predictions = pairs = 0
     try:
         for batch in batches:
             batch = type(batch)(*(t.to(device) for t in batch))
-            result = pretraining_loss(model, batch)
+            result = pretraining_loss(model, batch, nsp=nsp)
             mlm += float(result.mlm) * result.n_predictions
-            nsp += float(result.nsp) * result.n_pairs
-            correct += result.nsp_correct
+            if nsp:
+                nsp_total += float(result.nsp) * result.n_pairs
+                correct += result.nsp_correct
             predictions += result.n_predictions
             pairs += result.n_pairs
     finally:
         model.train(was_training)
     if pairs == 0:
         raise ValueError("evaluate_pretraining: batches yielded nothing")
-    return {"mlm_loss": mlm / predictions, "mlm_perplexity": math.exp(mlm / predictions), "nsp_loss": nsp / pairs,
-            "nsp_accuracy": correct / pairs, "n_predictions": predictions, "n_pairs": pairs}
+    scores = {"mlm_loss": mlm / predictions, "mlm_perplexity": math.exp(mlm / predictions),
+              "n_predictions": predictions, "n_pairs": pairs}
+    if nsp:
+        scores.update(nsp_loss=nsp_total / pairs, nsp_accuracy=correct / pairs)
+    return scores

@@ -121,9 +121,15 @@ class GPT(nn.Module):
                              f"{self.config.context}; crop the input to its last {self.config.context} tokens")
         return self.positional(self.embedding(tokens), offset)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, *, need_weights: bool = False
+                ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits ``(B, n, vocab_size)``; with ``need_weights`` also every layer's attention
+        weights, a list of ``(B, n_heads, n, n)`` (the explicit attention path computes them)."""
         x = self._embed(tokens, 0)
         # causal=True is the mask self.causal[:n, :n]; the fused path hands it to the flash kernel
+        if need_weights:
+            hidden, weights = self.blocks(x, causal=True, need_weights=True)
+            return self.output(hidden), weights
         return self.output(self.blocks(x, causal=True))
 
     def decode_step(

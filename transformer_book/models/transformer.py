@@ -102,14 +102,23 @@ class Encoder(nn.Module):
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, *, caches: list[KVCache] | None = None,
-        causal: bool = False,
-    ) -> torch.Tensor:
+        causal: bool = False, bias: torch.Tensor | None = None, need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """``caches``: one :class:`~transformer_book.attention.KVCache` per layer, for a decoder-only
         model that generates one token at a time (chapter 9). ``causal``: every layer hides later
-        positions (as :class:`~transformer_book.attention.MultiHeadAttention`'s ``causal``)."""
+        positions (as :class:`~transformer_book.attention.MultiHeadAttention`'s ``causal``).
+        ``bias``: added to every layer's attention scores (e.g. ALiBi's, ``(h, n, n)``).
+        ``need_weights``: also return every layer's attention weights, a list of ``(B, h, n, m)``
+        (computed by the explicit attention path)."""
+        weights = []
         for layer, cache in zip(self.layers, caches if caches is not None else [None] * len(self.layers)):
-            x = layer(x, mask, cache=cache, causal=causal)
-        return self.norm(x) if self.norm is not None else x
+            if need_weights:
+                x, w = layer(x, mask, cache=cache, causal=causal, bias=bias, need_weights=True)
+                weights.append(w)
+            else:
+                x = layer(x, mask, cache=cache, causal=causal, bias=bias)
+        x = self.norm(x) if self.norm is not None else x
+        return (x, weights) if need_weights else x
 
 
 class Decoder(nn.Module):

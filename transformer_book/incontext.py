@@ -16,10 +16,12 @@ from math import comb
 import torch
 import torch.nn.functional as F
 
-from transformer_book.data.incontext import InContextTask
+from transformer_book.data.incontext import InContextBatch, InContextTask
+from transformer_book.data.pretraining import IGNORE_INDEX
 from transformer_book.models.gpt import GPT
 
-__all__ = ["accuracy_by_demonstrations", "loss_by_demonstrations", "label_attention", "ideal_accuracy"]
+__all__ = ["accuracy_by_demonstrations", "loss_by_demonstrations", "label_attention", "previous_item_attention",
+           "ideal_accuracy", "icl_loss"]
 
 
 def _check(model: GPT, task: InContextTask, n: int, where: str) -> None:
@@ -119,3 +121,43 @@ def label_attention(model: GPT, task: InContextTask, layer: int, *, split: str =
     out["other"] = 1.0 - sum(out.values())
     return out
 
+
+@torch.no_grad()
+def previous_item_attention(model: GPT, task: InContextTask, layer: int, *, split: str = "test", n: int = 500,
+                            seed: int = 1) -> torch.Tensor:
+    """``(n_heads,)``: the mean attention weight that the heads of ``layer`` put, from every label
+    position, on the item just before it (the first half of an induction circuit: a label's
+    position learns which word it labels)."""
+    _check(model, task, n, "previous_item_attention")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.config.n_layers:
+        raise ValueError(f"previous_item_attention: layer must be an int in [0, {model.config.n_layers}), got {layer!r}")
+    _, _, x = _logits(model, task, split, n, seed)
+    was_training = model.training
+    model.eval()
+    try:
+        _, weights = model(x.to(next(model.parameters()).device), need_weights=True)
+    finally:
+        model.train(was_training)
+    labels = torch.arange(2, x.shape[1], 2)                          # input positions holding a label
+    w = weights[layer].float().cpu()                                 # (n, h, positions, positions)
+    return w[:, :, labels, labels - 1].mean(dim=(0, 2))
+
+
+def icl_loss(log: list[torch.Tensor] | None = None):  # noqa: ANN201 - a loss function for fit
+    """The loss function for :func:`~transformer_book.training.fit` on
+    :class:`~transformer_book.data.incontext.InContextBatch` es: the mean cross-entropy of the
+    labels (items are ``IGNORE_INDEX``), with the number of labels scored. With a list ``log``,
+    every call in eval mode (a validation pass) also appends the ``(n_pairs,)`` accuracy after
+    each number of demonstrations (the most probable next token against the label)."""
+    if log is not None and not isinstance(log, list):
+        raise ValueError(f"icl_loss: log must be a list or None, got {type(log).__name__}")
+
+    def loss_fn(model: GPT, batch: InContextBatch) -> tuple[torch.Tensor, int]:
+        x, y = batch
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), ignore_index=IGNORE_INDEX)
+        if log is not None and not model.training:
+            log.append((logits[:, 1::2].argmax(dim=-1) == y[:, 1::2]).double().mean(dim=0).cpu())
+        return loss, int((y != IGNORE_INDEX).sum())
+
+    return loss_fn

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from transformer_book.data.pretraining import IGNORE_INDEX
@@ -83,6 +84,13 @@ class InContextTask:
                              f"to enumerate; use fewer labels or groups")
         if not 0.0 < self.held_out < 1.0:
             raise ValueError(f"InContextTask: held_out must lie in (0, 1), got {self.held_out}")
+        patterns = math.perm(self.n_labels - 1, self.n_groups - 1)
+        if patterns < 2:
+            raise ValueError(f"InContextTask: {self.n_labels} labels for {self.n_groups} groups give {patterns} rotation "
+                             f"class of assignments; at least 2 are needed to hold one out (use more labels)")
+        if max(1, round(self.held_out * patterns)) >= patterns:
+            raise ValueError(f"InContextTask: held_out={self.held_out} of {patterns} rotation classes leaves none "
+                             f"for training")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"InContextTask: seed must be a non-negative int, got {self.seed!r}")
 
@@ -166,7 +174,8 @@ def _assignments(task: InContextTask, split: str) -> torch.Tensor:
 class InContextBatches:
     """Training batches of a task, addressable by step (as :func:`~transformer_book.training.fit`
     needs): batch ``s`` is ``batch_size`` fresh sequences drawn from the training assignments
-    with a generator seeded by ``(seed, s)``, so a run repeats exactly and never runs out."""
+    with a generator seeded by ``(seed, s)`` (through NumPy's ``SeedSequence``, so that no two
+    pairs share a stream), so a run repeats exactly and never runs out."""
 
     def __init__(self, task: InContextTask, batch_size: int, *, seed: int = 0) -> None:
         if not isinstance(task, InContextTask):
@@ -180,7 +189,8 @@ class InContextBatches:
     def __call__(self, step: int) -> InContextBatch:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"InContextBatches: step must be a non-negative int, got {step!r}")
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        seed = np.random.SeedSequence([self.seed, step]).generate_state(1, dtype=np.uint64)[0]
+        generator = torch.Generator().manual_seed(int(seed))
         return self.task.batch(self.task.sample(self.batch_size, generator))
 
     def __repr__(self) -> str:

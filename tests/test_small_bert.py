@@ -255,3 +255,21 @@ def test_load_or_pretrain_rejects_bad_steps_before_anything_else(tmp_path, monke
     with pytest.raises(ValueError, match=r"load_or_pretrain: steps must be a positive int, got "):
         load_or_pretrain(steps=steps, device="cpu", path=path, progress=False)
     assert not path.exists()
+
+
+def test_continue_pretraining_trains_a_copy_on_the_task_text():
+    r = Recipe(d_model=16, n_heads=2, n_layers=1, vocab_size=60, max_len=24, batch=4, steps=6)
+    d = prepare_data(r, small_documents(), small_documents(4))
+    torch.manual_seed(0)
+    model = BERT(r.bert_config(len(d.tokenizer)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    texts = ["the cat sat on a mat .", "a dog ran far and then slept in the sun ."] * 10
+    adapted, history = small_bert.continue_pretraining(model, d.tokenizer, texts, steps=5, r=r, device="cpu",
+                                                       progress=False)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())       # the original is untouched
+    assert any(not torch.equal(v, before[k]) for k, v in adapted.state_dict().items())
+    assert history.train_loss[-1][0] == 5 and not adapted.training
+    with pytest.raises(ValueError, match="steps must be a positive int"):
+        small_bert.continue_pretraining(model, d.tokenizer, texts, steps=0, r=r)
+    with pytest.raises(ValueError, match="texts must be a non-empty list"):
+        small_bert.continue_pretraining(model, d.tokenizer, [], steps=2, r=r)

@@ -18,6 +18,7 @@ with :func:`recipe` and saves it, so that every chapter still runs on its own.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import os
@@ -38,7 +39,7 @@ from transformer_book.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 __all__ = [
     "MAX_LEN", "INPUTS", "Recipe", "FIRST_EDITION", "recipe", "study_recipes", "train_config", "PretrainingData",
     "prepare_data", "training_batches", "validation_batches", "unigram_cross_entropy", "new_model", "pretrain",
-    "seconds_per_step", "validation_mlm", "run_study", "load_study", "STUDY_FILE", "checkpoint_path", "load_or_pretrain",
+    "seconds_per_step", "validation_mlm", "continue_pretraining", "run_study", "load_study", "STUDY_FILE", "checkpoint_path", "load_or_pretrain",
 ]
 
 MAX_LEN = 128
@@ -298,6 +299,36 @@ def seconds_per_step(r: Recipe, d: PretrainingData, *, device: torch.device | st
         if step >= warmup:
             times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+def continue_pretraining(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequence[str], *, steps: int,
+                         r: Recipe | None = None, lr: float | None = None, device: torch.device | str | None = None,
+                         seed: int = 0, progress: bool = True) -> tuple[BERT, training.History]:
+    """Task-adaptive pretraining (Gururangan et al., 2020): a copy of ``model`` trained ``steps``
+    more steps with its recipe's masked-language modelling on ``texts``, a task's own unlabelled
+    text (its training inputs, without their labels).
+
+    The texts are packed in order into sequences of ``r.max_len`` pieces
+    (:func:`~transformer_book.data.pretraining.pack_documents`, plain text), batches of
+    ``r.batch`` with ``r.select_prob`` of the pieces masked, and trained with :func:`train_config`
+    at peak learning rate ``lr`` (default ``r.lr``). ``r`` defaults to :class:`Recipe`. The
+    original ``model`` is left as it was.
+
+    Raises:
+        ValueError: no text, or ``steps`` not a positive int.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"continue_pretraining: steps must be a positive int, got {steps!r}")
+    if isinstance(texts, str) or len(texts) == 0:
+        raise ValueError("continue_pretraining: texts must be a non-empty list of strings")
+    r = r or Recipe()
+    sequences = pretraining.pack_documents(tokenizer, [list(texts)], r.max_len, nsp=False)
+    batches = pretraining.PretrainingBatches(sequences, r.batch, vocab_size=len(tokenizer), seed=seed,
+                                             select_prob=r.select_prob)
+    adapted = copy.deepcopy(model)
+    history = training.fit(adapted, batches, bert_loss(nsp=False), train_config(steps, lr if lr is not None else r.lr),
+                           device=device, progress=progress)
+    return adapted.eval(), history
 
 
 # ----------------------------------------------------------------------------- the compute study

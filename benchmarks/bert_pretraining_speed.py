@@ -67,7 +67,9 @@ class TorchEncoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(torch_encoder_layer(layer) for layer in ours.encoder.layers)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if bias is not None:  # the twin is BERT's learned-position model; ALiBi has no twin here
+            raise ValueError("TorchEncoder: an attention bias (ALiBi) has no nn.TransformerEncoderLayer twin here")
         key_padding = mask[:, 0, :]  # (B, 1, n) book mask -> (B, n), True = excluded in both
         for layer in self.layers:
             x = layer(x, src_key_padding_mask=key_padding)

@@ -273,3 +273,23 @@ def test_continue_pretraining_trains_a_copy_on_the_task_text():
         small_bert.continue_pretraining(model, d.tokenizer, texts, steps=0, r=r)
     with pytest.raises(ValueError, match="texts must be a non-empty list"):
         small_bert.continue_pretraining(model, d.tokenizer, [], steps=2, r=r)
+
+
+def test_run_study_times_each_recipe_and_runs_it_for_the_budget(tmp_path):
+    tiny = Recipe(d_model=16, n_heads=2, n_layers=1, vocab_size=60, max_len=24, batch=4)
+    documents = (small_documents(), small_documents(4))
+    output = tmp_path / "study.json"
+    study = small_bert.run_study(0.05, recipes={"tiny": tiny}, documents=documents, output=output, evaluations=2)
+    assert load_study(output) == study and study["budget_s"] == 0.05
+    (run,) = study["runs"]
+    assert run["name"] == "tiny" and run["recipe"]["steps"] == max(2, int(0.05 / run["seconds_per_step"]))
+    assert [step for step, _ in run["val_mlm"]][-1] == run["recipe"]["steps"]
+    assert run["final_nsp_accuracy"] is None and run["parameters"] > 0
+    # measure one recipe again: the others stay
+    again = small_bert.run_study(0.05, recipes={"learned": tiny.replace(position="learned")}, documents=documents,
+                                 output=output, evaluations=2, merge=True)
+    assert [r["name"] for r in again["runs"]] == ["tiny", "learned"] and again["runs"][0] == run
+    with pytest.raises(ValueError, match="holds runs of 0.05 s, not 0.1 s"):
+        small_bert.run_study(0.1, recipes={"tiny": tiny}, documents=documents, output=output, merge=True)
+    with pytest.raises(ValueError, match="unknown recipes"):
+        small_bert.run_study(1.0, names=["no such recipe"], output=output)

@@ -20,8 +20,8 @@ Word order must therefore be put in by hand. This module holds every encoding of
   :math:`A = \operatorname{softmax}(QK^\top/\sqrt{d_k} + B)`;
 * :func:`alibi_slopes` and :class:`ALiBi` -- Press et al.'s (2022) attention with linear biases:
   no learned parameter, a penalty :math:`-s_h |i - j|` proportional to the distance, with a
-  fixed slope per head, added to the attention scores (MosaicBERT's bidirectional form, or the
-  causal one);
+  fixed slope per head, added to the attention scores (for an encoder, as in MosaicBERT, or a
+  causal decoder);
 * :class:`RotaryEmbedding` -- RoFormer's rotary position embedding (RoPE): queries and keys are
   rotated by position-dependent angles, so that :math:`q_m \cdot k_n` depends on :math:`m - n`
   only;
@@ -484,7 +484,8 @@ class ALiBi(nn.Module):
     step every head prefers near keys to far ones, the steep heads strongly, the shallow ones
     barely, and the queries and keys only have to learn *what* to look for, not *where*. The
     model has no position embedding. Press et al. (2022) introduced it for causal language
-    models; MosaicBERT (Portes et al. 2023) uses the bidirectional form in a BERT.
+    models; MosaicBERT (Portes et al. 2023) uses ALiBi in a BERT, whose encoder penalises the
+    distance both ways.
 
     The output ``(n_heads, n, m)`` broadcasts against scores ``(B, n_heads, n, m)``: pass it as
     ``bias=`` to :class:`~transformer_book.attention.MultiHeadAttention`. With ``m > n`` (keys

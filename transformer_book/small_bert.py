@@ -372,14 +372,14 @@ def _study_run(name: str, r: Recipe, budget_s: float, per_step: float, evaluatio
             "parameters": sum(p.numel() for p in model.parameters()),
             "unigram_loss": unigram_cross_entropy(d, valid[:8]), "val_mlm": validation_mlm(log, history),
             "final_mlm_loss": final["mlm_loss"], "final_unigram_loss": unigram_cross_entropy(d, valid),
-            "final_nsp_accuracy": final.get("nsp_accuracy")}
+            "final_nsp_accuracy": final.get("nsp_accuracy"), "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
               recipes: dict[str, Recipe] | None = None,
               documents: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
               output: str | Path | None = None, jobs: int = 1, device: torch.device | str = "cpu",
-              evaluations: int = 10) -> dict[str, Any]:
+              evaluations: int = 10, merge: bool = False) -> dict[str, Any]:
     """Chapter 13's compute study: every recipe of :func:`study_recipes` (or those ``names``, or
     the given ``recipes``) trained for the same ``budget_s`` seconds of training on this machine.
 
@@ -391,8 +391,17 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
     ``evaluations`` points, on the first 8 validation batches (BERT's 15% masking), beside the
     unigram cross-entropy of the same targets, and at the end on all of them. ``documents`` are
     ``(train, valid)`` articles (default: WikiText-2's). Written to ``output`` (default: the
-    package's own study file).
+    package's own study file). With ``merge``, the runs already in ``output`` that were not run
+    again are kept (the budget must be the same), so that one recipe can be measured again.
     """
+    path = Path(output) if output is not None else _study_path()
+    kept: list[dict[str, Any]] = []
+    if merge and path.exists():
+        earlier = json.loads(path.read_text())
+        if earlier["budget_s"] != budget_s:
+            raise ValueError(f"run_study: {path} holds runs of {earlier['budget_s']} s, not {budget_s} s; "
+                             f"merge only runs of the same budget")
+        kept = earlier["runs"]
     if recipes is None:
         every = study_recipes()
         names = list(every) if names is None else list(names)
@@ -417,13 +426,17 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
             runs = pool.starmap(_study_run, arguments)
     else:
         runs = [_study_run(*a) for a in arguments]
+    new = {run["name"] for run in runs}
+    runs = [run for run in kept if run["name"] not in new] + runs
+    order = list(study_recipes())
+    runs.sort(key=lambda run: order.index(run["name"]) if run["name"] in order else len(order))
     study = {"budget_s": budget_s, "device": runtime.device_description(torch.device(device)),
              "threads_for_timing": torch.get_num_threads(), "torch_version": torch.__version__,
              "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs}
-    path = Path(output) if output is not None else _study_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(study, indent=1) + "\n")
-    return study
+    text = json.dumps(study, indent=1) + "\n"
+    path.write_text(text)
+    return json.loads(text)                                         # as load_study reads it back
 
 
 def load_study(path: str | Path | None = None) -> dict[str, Any]:
@@ -494,8 +507,9 @@ def _main(argv: Sequence[str] | None = None) -> None:
     study.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs at a time")
     study.add_argument("--only", nargs="+", help="these recipes only (names as in study_recipes)")
     study.add_argument("--output", help="where to write the study (default: the package's study file)")
+    study.add_argument("--merge", action="store_true", help="keep the runs of the file that are not run again")
     args = parser.parse_args(argv)
-    result = run_study(args.budget, names=args.only, output=args.output, jobs=args.jobs)
+    result = run_study(args.budget, names=args.only, output=args.output, jobs=args.jobs, merge=args.merge)
     for run in result["runs"]:
         print(f"{run['name']:<24} {run['recipe']['steps']:>6,} steps  MLM {run['final_mlm_loss']:.3f}  "
               f"unigram {run['final_unigram_loss']:.3f}  below unigram {run['final_unigram_loss'] - run['final_mlm_loss']:.3f}")

@@ -59,7 +59,7 @@ class BERTConfig:
     fast at a high learning rate. ``position`` is ``"learned"`` (BERT: one trained vector per
     position, added to the input) or ``"alibi"`` (no position vector; every attention layer adds
     ALiBi's fixed distance penalty, :class:`~transformer_book.positional.ALiBi`, as MosaicBERT
-    does). :meth:`base` and :meth:`large` give the two sizes of the paper.
+    replaced BERT's learned positions). :meth:`base` and :meth:`large` give the two sizes of the paper.
     """
 
     vocab_size: int

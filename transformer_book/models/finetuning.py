@@ -5,7 +5,8 @@ Each head is one new layer on top of the encoder's last hidden states :math:`H \
 
 * one sentence or a pair of sentences, one label (:class:`SequenceClassifier`), from the
   pooled ``[CLS]`` vector as in pretraining's next-sentence head:
-  :math:`P(y \mid x) = \operatorname{softmax}\bigl(\tanh(H_0 W_P + b_P)\, W_C + b_C\bigr)`;
+  :math:`P(y \mid x) = \operatorname{softmax}\bigl(\tanh(H_0 W_P + b_P)\, W_C + b_C\bigr)`
+  (or from the mean of the token states, for a model pretrained without that head);
 * one label per token (:class:`TokenTagger`):
   :math:`P(y_t \mid x) = \operatorname{softmax}(H_t W_T + b_T)`;
 * an answer span in a passage (:class:`SpanExtractor`), a start and an end score per token,
@@ -31,9 +32,13 @@ from transformer_book.data.pretraining import IGNORE_INDEX
 from transformer_book.models.bert import BERT
 
 __all__ = [
-    "SequenceClassifier", "TokenTagger", "SpanExtractor", "best_spans", "finetuning_loss",
+    "POOLINGS", "SequenceClassifier", "TokenTagger", "SpanExtractor", "best_spans", "finetuning_loss",
     "predict", "freeze_encoder", "trainable_parameters",
 ]
+
+
+POOLINGS = ("cls", "mean")
+"""What :class:`SequenceClassifier` reads: the ``[CLS]`` state, or the mean of the token states."""
 
 
 def _new_layer(d_model: int, outputs: int) -> nn.Linear:
@@ -63,26 +68,39 @@ def _check_bert(bert: Any, dropout: float, where: str) -> None:
 
 
 class SequenceClassifier(nn.Module):
-    r"""A label for a sentence or a sentence pair from the pooled ``[CLS]`` vector.
+    r"""A label for a sentence or a sentence pair from a pooled vector of the encoder's states.
 
-    :math:`\text{logits} = \operatorname{dropout}(\tanh(H_0 W_P + b_P))\, W_C + b_C`, where
+    :math:`\text{logits} = \operatorname{dropout}(\tanh(h W_P + b_P))\, W_C + b_C`, where
     :math:`W_P, b_P` are the pretrained pooler (next-sentence prediction's) and ``classifier``
-    (:math:`W_C, b_C`) is new, initialised as BERT's weights. ``tokens`` and ``segments``
-    ``(B, n)`` -> logits ``(B, n_classes)``.
+    (:math:`W_C, b_C`) is new, initialised as BERT's weights. ``pooling`` says what :math:`h` is:
+    ``"cls"``, the state of ``[CLS]``, :math:`h = H_0`, as BERT does; or ``"mean"``, the mean of the
+    states of the non-padding positions, :math:`h = \frac{1}{n}\sum_t H_t`, for a model pretrained
+    without next-sentence prediction, whose ``[CLS]`` state no pretraining loss ever read.
+    ``tokens`` and ``segments`` ``(B, n)`` -> logits ``(B, n_classes)``.
     """
 
-    def __init__(self, bert: BERT, n_classes: int, *, dropout: float = 0.1) -> None:
+    def __init__(self, bert: BERT, n_classes: int, *, dropout: float = 0.1, pooling: str = "cls") -> None:
         super().__init__()
         _check_bert(bert, dropout, "SequenceClassifier")
         _check_positive(n_classes, "n_classes", "SequenceClassifier")
         if n_classes < 2:
             raise ValueError(f"SequenceClassifier: n_classes must be at least 2, got {n_classes}")
-        self.bert, self.dropout = bert, nn.Dropout(dropout)
+        if pooling not in POOLINGS:
+            raise ValueError(f"SequenceClassifier: pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.bert, self.dropout, self.pooling = bert, nn.Dropout(dropout), pooling
         self.classifier = _new_layer(bert.config.d_model, n_classes)
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         hidden = self.bert.encode(tokens, segments)
-        return self.classifier(self.dropout(torch.tanh(self.bert.pooler(hidden[:, 0]))))
+        if self.pooling == "cls":
+            h = hidden[:, 0]
+        else:
+            real = (tokens != self.bert.config.pad_id).unsqueeze(-1).to(hidden.dtype)   # (B, n, 1)
+            h = (hidden * real).sum(dim=1) / real.sum(dim=1)
+        return self.classifier(self.dropout(torch.tanh(self.bert.pooler(h))))
+
+    def extra_repr(self) -> str:
+        return f"pooling={self.pooling!r}"
 
 
 class TokenTagger(nn.Module):

@@ -86,6 +86,23 @@ def ideal_accuracy(task: InContextTask, k: int) -> float:
     return 1.0 - (1 - 1 / G) ** k + unseen
 
 
+def _attention_weights(model: GPT, task: InContextTask, layer: int, split: str, n: int, seed: int,
+                       where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` sequences of ``split`` ``(n, positions)`` and the attention weights of ``layer`` on
+    them, ``(n, heads, positions, positions)`` on the CPU, computed in eval mode (restored after)."""
+    _check(model, task, n, where)
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.config.n_layers:
+        raise ValueError(f"{where}: layer must be an int in [0, {model.config.n_layers}), got {layer!r}")
+    _, _, x = _logits(model, task, split, n, seed)
+    was_training = model.training
+    model.eval()
+    try:
+        _, weights = model(x.to(next(model.parameters()).device), need_weights=True)
+    finally:
+        model.train(was_training)
+    return x, weights[layer].float().cpu()
+
+
 @torch.no_grad()
 def label_attention(model: GPT, task: InContextTask, layer: int, *, split: str = "test", n: int = 500,
                     seed: int = 1) -> dict[str, torch.Tensor]:
@@ -96,18 +113,9 @@ def label_attention(model: GPT, task: InContextTask, layer: int, *, split: str =
     follow an item of the query's group, on the labels of the other groups, on the items of its
     own group (the query itself excluded), and on everything else (``[BOS]``, other items, itself).
     """
-    _check(model, task, n, "label_attention")
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.config.n_layers:
-        raise ValueError(f"label_attention: layer must be an int in [0, {model.config.n_layers}), got {layer!r}")
-    _, _, x = _logits(model, task, split, n, seed)
-    was_training = model.training
-    model.eval()
-    try:
-        _, weights = model(x.to(next(model.parameters()).device), need_weights=True)
-    finally:
-        model.train(was_training)
+    x, weights = _attention_weights(model, task, layer, split, n, seed, "label_attention")
     query = x.shape[1] - 1                                            # the last item, whose label is asked
-    w = weights[layer][:, :, query].float().cpu()                     # (n, h, positions)
+    w = weights[:, :, query]                                          # (n, h, positions)
     groups = task.group_of(x)                                         # (n, positions): -1 off items
     item_group = torch.full_like(groups, -1)
     item_group[:, 2::2] = groups[:, 1:-1:2]                           # a label's item is the token before it
@@ -128,19 +136,9 @@ def previous_item_attention(model: GPT, task: InContextTask, layer: int, *, spli
     """``(n_heads,)``: the mean attention weight that the heads of ``layer`` put, from every label
     position, on the item just before it (the first half of an induction circuit: a label's
     position learns which word it labels)."""
-    _check(model, task, n, "previous_item_attention")
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.config.n_layers:
-        raise ValueError(f"previous_item_attention: layer must be an int in [0, {model.config.n_layers}), got {layer!r}")
-    _, _, x = _logits(model, task, split, n, seed)
-    was_training = model.training
-    model.eval()
-    try:
-        _, weights = model(x.to(next(model.parameters()).device), need_weights=True)
-    finally:
-        model.train(was_training)
+    x, weights = _attention_weights(model, task, layer, split, n, seed, "previous_item_attention")
     labels = torch.arange(2, x.shape[1], 2)                          # input positions holding a label
-    w = weights[layer].float().cpu()                                 # (n, h, positions, positions)
-    return w[:, :, labels, labels - 1].mean(dim=(0, 2))
+    return weights[:, :, labels, labels - 1].mean(dim=(0, 2))
 
 
 def icl_loss(log: list[torch.Tensor] | None = None):  # noqa: ANN201 - a loss function for fit

@@ -121,7 +121,7 @@ class Recipe:
 
 
 FIRST_EDITION = Recipe(d_model=128, n_heads=2, n_layers=2, position="learned", norm_first=False, dropout=0.1,
-                       inputs="sentence pairs", select_prob=0.15, batch=32, lr=1e-3)
+                       vocab_size=8_000, inputs="sentence pairs", select_prob=0.15, batch=32, lr=1e-3)
 """The recipe of this chapter's first edition: BERT's own choices scaled down (learned positions,
 post-LN, dropout 0.1, 15% masking, next-sentence prediction on pairs of single sentences)."""
 

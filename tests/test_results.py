@@ -3,6 +3,7 @@ committed results files that the book's Results page is built from."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -257,14 +258,49 @@ def test_every_chapter_that_records_has_its_results_file(path: Path):
     assert f'"{path.stem}"' in source, f"{path.name} must record under its own name {path.stem!r}"
 
 
+def _recorded_metric_templates(path: Path) -> list[re.Pattern]:
+    """The metric names a chapter passes to ``record(chapter, metric, ...)`` as f-strings, as
+    patterns: the literal parts as they are, every ``{...}`` field one or more characters."""
+    patterns = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                           for line in "".join(cell["source"]).split("\n"))
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.JoinedStr)):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name == "record":
+                parts = [re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in node.args[1].values]
+                patterns.append(re.compile("".join(parts)))
+    return patterns
+
+
 def test_every_committed_result_is_still_recorded_by_its_chapter():
-    """A metric renamed or dropped in a chapter leaves a stale entry behind: catch it."""
+    """A metric renamed or dropped in a chapter leaves a stale entry behind: catch it. A metric
+    counts as recorded when its name stands in the chapter's code as a string, or matches an
+    f-string that the chapter passes to ``record`` as the metric."""
     for entry in load_results(RESULTS_DIR):
         notebook = ROOT / "book" / f"{entry['chapter']}.ipynb"
         assert notebook.exists(), f"results for {entry['chapter']!r}, which is not a chapter notebook"
-        assert json.dumps(entry["metric"]) in _code(notebook), (
+        recorded = json.dumps(entry["metric"]) in _code(notebook) or any(
+            pattern.fullmatch(entry["metric"]) for pattern in _recorded_metric_templates(notebook))
+        assert recorded, (
             f"{entry['chapter']}: {entry['metric']!r} is no longer recorded; delete it from {entry['chapter']}.json"
         )
+
+
+def test_a_metric_made_by_an_f_string_is_recognised_and_a_stale_one_is_not(tmp_path):
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+            "source": ["%matplotlib inline\n", "for label in ('a', 'b'):\n",
+                       "    results.record('09_x', f'accuracy at {n:,} labels, {label}', 0.5)\n",
+                       "record('09_x', 'plain', 1.0)\n", "other('09_x', f'not a metric {label}')\n"]}
+    path = tmp_path / "09_x.ipynb"
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    (pattern,) = _recorded_metric_templates(path)
+    assert pattern.fullmatch("accuracy at 1,000 labels, a")
+    assert not pattern.fullmatch("accuracy at 1,000 labels") and not pattern.fullmatch("accuracy, a")
 
 
 def test_committed_references_parse_and_cite_the_bibliography():

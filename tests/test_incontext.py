@@ -2,7 +2,7 @@
 transformer_book.data.incontext (InContextTask, InContextBatch, InContextBatches),
 transformer_book.incontext (accuracy_by_demonstrations, loss_by_demonstrations, ideal_accuracy,
 label_attention), transformer_book.attention.heads_removed, the attention weights of
-GPT.forward / Encoder.forward with need_weights=True, and the IGNORE_INDEX handling of
+GPT.attention_weights / Encoder.forward with need_weights=True, and the IGNORE_INDEX handling of
 transformer_book.training.language_model_loss."""
 
 import itertools
@@ -467,11 +467,13 @@ class FixedAttention(GPT):
                                    n_layers=2, dropout=0.0))
         self.seen, self.modes = [], []
 
-    def forward(self, tokens, need_weights=False):
+    def forward(self, tokens):
         B, n = tokens.shape
-        logits = torch.zeros(B, n, self.config.vocab_size)
-        if not need_weights:
-            return logits
+        return torch.zeros(B, n, self.config.vocab_size)
+
+    def attention_weights(self, tokens):
+        B, n = tokens.shape
+        logits = self.forward(tokens)
         self.seen.append(tokens.clone())
         self.modes.append(self.training)
         uniform = torch.ones(n, n).tril() / torch.arange(1, n + 1)[:, None]
@@ -659,7 +661,7 @@ def test_gpt_returns_causal_attention_weights_per_layer_with_the_same_logits():
     n = x.shape[1]
     with torch.no_grad():
         plain = model(x)
-        logits, weights = model(x, need_weights=True)
+        logits, weights = model.attention_weights(x)
     torch.testing.assert_close(logits, plain, rtol=1e-5, atol=1e-5)
     assert isinstance(weights, list) and len(weights) == 3
     for w in weights:
@@ -768,7 +770,7 @@ def test_previous_item_attention_reads_the_weight_from_each_label_to_its_word():
     x = task.batch(task.sample(50, torch.Generator().manual_seed(1), split="test")).x
     model.eval()
     with torch.no_grad():
-        _, weights = model(x, need_weights=True)
+        _, weights = model.attention_weights(x)
     expected = torch.zeros(2)
     count = 0
     for t in range(2, x.shape[1], 2):

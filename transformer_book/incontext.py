@@ -97,7 +97,7 @@ def _attention_weights(model: GPT, task: InContextTask, layer: int, split: str, 
     was_training = model.training
     model.eval()
     try:
-        _, weights = model(x.to(next(model.parameters()).device), need_weights=True)
+        _, weights = model.attention_weights(x.to(next(model.parameters()).device))
     finally:
         model.train(was_training)
     return x, weights[layer].float().cpu()

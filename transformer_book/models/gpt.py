@@ -121,16 +121,17 @@ class GPT(nn.Module):
                              f"{self.config.context}; crop the input to its last {self.config.context} tokens")
         return self.positional(self.embedding(tokens), offset)
 
-    def forward(self, tokens: torch.Tensor, *, need_weights: bool = False
-                ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits ``(B, n, vocab_size)``; with ``need_weights`` also every layer's attention
-        weights, a list of ``(B, n_heads, n, n)`` (the explicit attention path computes them)."""
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self._embed(tokens, 0)
         # causal=True is the mask self.causal[:n, :n]; the fused path hands it to the flash kernel
-        if need_weights:
-            hidden, weights = self.blocks(x, causal=True, need_weights=True)
-            return self.output(hidden), weights
         return self.output(self.blocks(x, causal=True))
+
+    def attention_weights(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The logits ``(B, n, vocab_size)`` of :meth:`forward` and every layer's attention
+        weights, a list of ``(B, n_heads, n, n)`` (computed by the explicit attention path, whose
+        rows over the keys sum to 1 with zeros above the diagonal)."""
+        hidden, weights = self.blocks(self._embed(tokens, 0), causal=True, need_weights=True)
+        return self.output(hidden), weights
 
     def decode_step(
         self, tokens_new: torch.Tensor, caches: list[KVCache] | None = None

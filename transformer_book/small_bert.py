@@ -46,7 +46,7 @@ MAX_LEN = 128
 """Pieces per training sequence, ``[CLS]`` and the ``[SEP]`` included."""
 
 INPUTS = ("sentence pairs", "segment pairs", "text")
-"""What a training sequence holds: ``[CLS] sentence [SEP] sentence [SEP]`` with next-sentence
+"""What a training sequence holds, one of three layouts. ``[CLS] sentence [SEP] sentence [SEP]`` with next-sentence
 prediction (:func:`~transformer_book.data.pretraining.make_sentence_pairs`); two segments of
 several sentences filling the length, with next-sentence prediction (BERT's own data); or a run
 of sentences filling the length, masked-language modelling alone (RoBERTa's) -- the last two
@@ -122,12 +122,12 @@ class Recipe:
 
 FIRST_EDITION = Recipe(d_model=128, n_heads=2, n_layers=2, position="learned", norm_first=False, dropout=0.1,
                        vocab_size=8_000, inputs="sentence pairs", select_prob=0.15, batch=32, lr=1e-3)
-"""The recipe of this chapter's first edition: BERT's own choices scaled down (learned positions,
+"""The recipe of chapter 13's first edition, BERT's own choices scaled down (learned positions,
 post-LN, dropout 0.1, 15% masking, next-sentence prediction on pairs of single sentences)."""
 
 
 STARTING_POINT = Recipe(vocab_size=8_000, lr=2e-3)
-"""Where chapter 13's compute study starts: its first round changes one choice of this recipe at
+"""Where chapter 13's compute study starts. Its first round changes one choice of this recipe at
 a time; the second combines the changes that won."""
 
 

@@ -40,7 +40,7 @@ from transformer_book.data.pretraining import IGNORE_INDEX
 __all__ = ["InContextTask", "InContextBatch", "InContextBatches", "SPLITS"]
 
 SPLITS = ("train", "test")
-"""The two sets of label assignments: trained on, and held out."""
+"""The two sets of label assignments, the one trained on and the one held out."""
 
 
 class InContextBatch(NamedTuple):

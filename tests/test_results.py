@@ -261,19 +261,16 @@ def test_every_chapter_that_records_has_its_results_file(path: Path):
 def _recorded_metric_templates(path: Path) -> list[re.Pattern]:
     """The metric names a chapter passes to ``record(chapter, metric, ...)`` as f-strings, as
     patterns: the literal parts as they are, every ``{...}`` field one or more characters."""
+    source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line     # IPython magics are not Python
+                       for line in _code(path).split("\n"))
     patterns = []
-    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-        if cell["cell_type"] != "code":
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.JoinedStr)):
             continue
-        source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                           for line in "".join(cell["source"]).split("\n"))
-        for node in ast.walk(ast.parse(source)):
-            if not (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.JoinedStr)):
-                continue
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name == "record":
-                parts = [re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in node.args[1].values]
-                patterns.append(re.compile("".join(parts)))
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name == "record":
+            parts = [re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in node.args[1].values]
+            patterns.append(re.compile("".join(parts)))
     return patterns
 
 

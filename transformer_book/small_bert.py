@@ -37,20 +37,22 @@ from transformer_book.models.bert import BERT, POSITIONS, BERTConfig, bert_loss,
 from transformer_book.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 __all__ = [
-    "MAX_LEN", "INPUTS", "Recipe", "FIRST_EDITION", "STARTING_POINT", "recipe", "study_recipes", "ROUNDS", "train_config", "PretrainingData",
-    "prepare_data", "training_batches", "validation_batches", "unigram_cross_entropy", "new_model", "pretrain",
-    "seconds_per_step", "validation_mlm", "continue_pretraining", "run_study", "load_study", "STUDY_FILE", "checkpoint_path", "load_or_pretrain",
+    "MAX_LEN", "INPUTS", "Recipe", "FIRST_EDITION", "STARTING_POINT", "recipe", "study_recipes", "ROUNDS",
+    "train_config", "PretrainingData", "prepare_data", "training_batches", "validation_batches",
+    "unigram_cross_entropy", "new_model", "pretrain", "seconds_per_step", "validation_mlm", "continue_pretraining",
+    "run_study", "load_study", "STUDY_FILE", "checkpoint_path", "load_or_pretrain",
 ]
 
 MAX_LEN = 128
 """Pieces per training sequence, ``[CLS]`` and the ``[SEP]`` included."""
 
 INPUTS = ("sentence pairs", "segment pairs", "text")
-"""What a training sequence holds, one of three layouts. ``[CLS] sentence [SEP] sentence [SEP]`` with next-sentence
-prediction (:func:`~transformer_book.data.pretraining.make_sentence_pairs`); two segments of
-several sentences filling the length, with next-sentence prediction (BERT's own data); or a run
-of sentences filling the length, masked-language modelling alone (RoBERTa's) -- the last two
-by :func:`~transformer_book.data.pretraining.pack_documents`."""
+"""What a training sequence holds, one of three layouts. ``[CLS] sentence [SEP] sentence
+[SEP]`` with next-sentence prediction
+(:func:`~transformer_book.data.pretraining.make_sentence_pairs`); two segments of several
+sentences filling the length, with next-sentence prediction (BERT's own data); or a run of
+sentences filling the length, masked-language modelling alone (RoBERTa's) -- the last two by
+:func:`~transformer_book.data.pretraining.pack_documents`."""
 
 
 @dataclass(frozen=True)

@@ -259,3 +259,51 @@ def test_random_windows_are_next_token_pairs_and_repeat_by_step():
         RandomWindows(torch.arange(8), context=8, batch_size=2)
     with pytest.raises(ValueError, match="1-D integer"):
         RandomWindows(torch.zeros(50), context=8, batch_size=2)
+
+
+# --------------------------------------------------------------------------------------
+# split_linked_groups: no sentence of the test part is trained on, on either side
+# --------------------------------------------------------------------------------------
+
+def _linked_corpus():
+    # 300 groups: group g has English sentences e{g}a, e{g}b and German g{g}a, g{g}b, g{g}c linked
+    # into one component by pairs that share a side (a chain a-a, a-b, b-b, c-b).
+    pairs = []
+    for g in range(300):
+        pairs += [(f"G{g} a.", f"E{g} a."), (f"G{g} a.", f"E{g} b."), (f"G{g} b.", f"E{g} b."), (f"g{g}  C.", f"E{g} B.")]
+    return pairs
+
+
+def test_split_linked_groups_keeps_every_group_whole():
+    pairs = _linked_corpus()
+    split = data.split_linked_groups(pairs, val_size=40, test_size=80, seed=3)
+    assert len(split.test) == 80 and len(split.val) == 40 and split.held_out == 0   # groups of 4 fill them exactly
+    assert sorted(split.train + split.val + split.test) == sorted(pairs)
+    group = lambda pair: pair[1].split()[0].lower()                                   # e.g. "e17"
+    parts = [{group(p) for p in part} for part in (split.train, split.val, split.test)]
+    assert not parts[0] & parts[1] and not parts[0] & parts[2] and not parts[1] & parts[2]
+    sentences = lambda part: {" ".join(s.casefold().split()) for pair in part for s in pair}
+    assert not sentences(split.train) & sentences(split.test)                         # on either side, any case
+    assert [pairs.index(p) for p in split.train] == sorted(pairs.index(p) for p in split.train)   # corpus order
+    again = data.split_linked_groups(pairs, val_size=40, test_size=80, seed=3)
+    other = data.split_linked_groups(pairs, val_size=40, test_size=80, seed=4)
+    assert again == split and other.test != split.test
+
+
+def test_split_linked_groups_holds_out_the_groups_of_reserved_sentences():
+    pairs = _linked_corpus()
+    split = data.split_linked_groups(pairs, val_size=4, test_size=4, hold_out=["e5 B.", "G7 B."])
+    assert split.held_out == 8
+    kept = split.train + split.val + split.test
+    assert len(kept) == len(pairs) - 8
+    assert not any(p[1].startswith(("E5 ", "E7 ")) for p in kept)
+
+
+def test_split_linked_groups_refuses_sizes_that_leave_no_training_data():
+    pairs = _linked_corpus()
+    with pytest.raises(ValueError, match="none is left for training"):
+        data.split_linked_groups(pairs, val_size=600, test_size=600)
+    with pytest.raises(ValueError, match="test_size must be a positive int"):
+        data.split_linked_groups(pairs, val_size=10, test_size=0)
+    with pytest.raises(ValueError, match="val_size must be a positive int"):
+        data.split_linked_groups(pairs, val_size=2.5, test_size=10)

@@ -1,9 +1,13 @@
 """transformer_book.translator: train chapter 7's translator once, then reuse the saved file."""
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
-from transformer_book import data, translator
+from transformer_book import data, decoding, translator
 from transformer_book.decoding import translate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -34,3 +38,76 @@ def test_trains_once_then_loads(fake_multi30k, tmp_path):
     assert translator.checkpoint_path("full").name == "07_translation-full.pt"
     with pytest.raises(ValueError, match="steps must be a positive int"):
         translator.load_or_train(steps=0)
+
+
+@pytest.fixture
+def fake_tatoeba(monkeypatch, tmp_path):
+    # Each English sentence has two German versions (a group of linked pairs), plus the running example.
+    monkeypatch.setenv("TB_PROFILE", "quick")
+    monkeypatch.setenv("TB_CACHE_DIR", str(tmp_path / "cache"))
+    pairs = [(g, e) for g, e in zip(GERMAN, ENGLISH)] + [(g + " ka", e) for g, e in zip(GERMAN, ENGLISH)]
+    pairs.append((translator.RUNNING_EXAMPLE, "I would like a bottle of water."))
+    monkeypatch.setattr(data, "load_tatoeba", lambda: pairs)
+    monkeypatch.setattr(translator, "TATOEBA_TEST_PAIRS", 40)
+    monkeypatch.setattr(translator, "TATOEBA_VAL_PAIRS", 20)
+    return pairs
+
+
+def test_tatoeba_split_holds_out_the_running_example_and_whole_groups(fake_tatoeba):
+    split = translator.corpus_splits("tatoeba")
+    assert split.held_out == 1
+    assert translator.RUNNING_EXAMPLE not in {g for g, _ in split.train + split.val + split.test}
+    test_english = {e for _, e in split.test}
+    assert not test_english & {e for _, e in split.train}           # a test sentence's other translation is not trained on
+    with pytest.raises(ValueError, match="unknown corpus 'wmt'; known corpora: multi30k, tatoeba"):
+        translator.corpus_splits("wmt")
+
+
+def test_tatoeba_translator_has_its_own_checkpoint(fake_tatoeba, tmp_path):
+    path = translator.checkpoint_path(corpus="tatoeba")
+    assert path == tmp_path / "cache" / "checkpoints" / "07_translation_tatoeba-quick.pt"
+    trained = translator.train("tatoeba", steps=2, device="cpu", progress=False)
+    assert path.exists() and not translator.checkpoint_path().exists()
+    assert trained.history.train_loss[-1][0] == 2 and trained.recipe.corpus == "tatoeba"
+    model, tokenizer, info = translator.load_or_train("tatoeba", device="cpu", progress=False)
+    assert info["source"] == "loaded" and info["corpus"] == "tatoeba" and info["steps"] == 2
+    assert torch.equal(model.output.weight, trained.model.output.weight)
+
+
+def test_translate_with_attention_agrees_with_greedy_decoding_and_beam_search(fake_multi30k):
+    model, tokenizer, _ = translator.load_or_train(steps=3, device="cpu", progress=False)
+    sentence = GERMAN[7]
+    src = torch.tensor([tokenizer.encode(sentence, add_eos=True)])
+    result = translator.translate_with_attention(model, tokenizer, sentence, max_new_tokens=6)
+    assert result.text == translate(model, [sentence], tokenizer, max_new_tokens=6)[0]
+    n, m = result.cross_attention.shape
+    assert m == src.shape[1] == len(result.source_pieces)
+    assert n == len(result.target_pieces) and 1 <= n <= 6
+    assert torch.allclose(result.cross_attention.sum(-1), torch.ones(n), atol=1e-5)
+    # the summed log-probability, as beam search with one beam (incremental decoding) scores it
+    [[(tokens, score)]] = decoding.beam_search(model, src=src, beam_size=1, max_new_tokens=6)
+    assert tokenizer.id_to_piece(tokens) == result.target_pieces
+    assert result.log_prob == pytest.approx(score, abs=1e-4)
+    beam = translator.translate_with_attention(model, tokenizer, sentence, beam_size=3, max_new_tokens=6)
+    (tokens, score), *_ = decoding.beam_search(model, src=src, beam_size=3, max_new_tokens=6, normalize="length")[0]
+    assert beam.target_pieces == tokenizer.id_to_piece(tokens) and beam.text == tokenizer.decode(tokens)
+    assert beam.log_prob == pytest.approx(score * len(tokens), abs=1e-4)
+    for bad, message in [("", "non-empty str"), (" ".join([sentence] * 60), "more than the model's max_len")]:
+        with pytest.raises(ValueError, match=message):
+            translator.translate_with_attention(model, tokenizer, bad)
+    with pytest.raises(ValueError, match="beam_size must be a positive int"):
+        translator.translate_with_attention(model, tokenizer, sentence, beam_size=0)
+
+
+def test_chapter_7_stores_a_correct_greedy_translation_of_the_running_example():
+    # The stored outputs of chapter 7 are those of its full-profile run: the saved everyday
+    # translator's greedy output for the running example must mean "I would like a bottle of water".
+    notebook = json.loads((Path(__file__).resolve().parent.parent / "book" / "07_translation.ipynb").read_text())
+    cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"
+             and "mt.translate_with_attention(everyday.model, everyday.tokenizer, mt.RUNNING_EXAMPLE)" in "".join(cell["source"])]
+    assert len(cells) == 1, "chapter 7 must translate the running example with mt.translate_with_attention once"
+    text = "".join("".join(out.get("text", "")) for out in cells[0]["outputs"] if out.get("output_type") == "stream")
+    found = re.search(r"^greedy: (.+?)   \(log P", text, flags=re.MULTILINE)
+    assert found, f"no greedy translation in the stored output: {text!r}"
+    correct = r"I(?: would|'d) like (?:to have )?a bottle of water\.?|I want (?:to have )?a bottle of water\.?"
+    assert re.fullmatch(correct, found.group(1)), found.group(1)

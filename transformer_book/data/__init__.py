@@ -35,8 +35,10 @@ from transformer_book.data.translation import (
     MULTI30K_SPLITS,
     TATOEBA_ATTRIBUTION,
     DataWarning,
+    TranslationSplit,
     load_multi30k,
     load_tatoeba,
+    split_linked_groups,
 )
 from transformer_book.data.sst2 import load_sst2
 from transformer_book.data.wikitext import WIKITEXT2_SPLITS, load_wikitext2, load_wikitext2_stream
@@ -55,6 +57,7 @@ __all__ = [
     "RemoteFile",
     "Seq2SeqBatch",
     "TATOEBA_ATTRIBUTION",
+    "TranslationSplit",
     "UnknownCorpusError",
     "UnknownFileError",
     "WIKITEXT2_SPLITS",
@@ -72,5 +75,6 @@ __all__ = [
     "load_wikitext2_stream",
     "pad_sequences",
     "sha256_of",
+    "split_linked_groups",
     "strip_gutenberg",
 ]

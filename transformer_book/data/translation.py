@@ -16,15 +16,18 @@ import gzip
 import io
 import warnings
 import zipfile
+import random
+import unicodedata
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from transformer_book.data.download import DataError, fetch
 from transformer_book.data.registry import get_corpus
 
-__all__ = ["DataWarning", "MULTI30K_SPLITS", "TATOEBA_ATTRIBUTION", "load_multi30k", "load_tatoeba",
-           "pair_lines", "parse_tab_pairs"]
+__all__ = ["DataWarning", "MULTI30K_SPLITS", "TATOEBA_ATTRIBUTION", "TranslationSplit", "load_multi30k", "load_tatoeba",
+           "pair_lines", "parse_tab_pairs", "split_linked_groups"]
 
 MULTI30K_SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr", "test_2016_flickr": "test_2016_flickr"}
 """Split names accepted by :func:`load_multi30k` and the file stem each one reads."""
@@ -150,3 +153,82 @@ def load_tatoeba(*, download: bool = True) -> list[tuple[str, str]]:
         raise DataError(f"cannot read {name} ({path}): {type(err).__name__}: {err}. The file is corrupt or "
                         "truncated; delete it so that it is fetched again") from None
     return parse_tab_pairs(lines, name=f"{name}:deu.txt")
+
+
+class TranslationSplit(NamedTuple):
+    """The three parts of :func:`split_linked_groups`, each a list of ``(source, target)`` pairs,
+    and the number of pairs ``held_out`` of all three because they contain a sentence the caller
+    reserved."""
+
+    train: list[tuple[str, str]]
+    val: list[tuple[str, str]]
+    test: list[tuple[str, str]]
+    held_out: int
+
+
+def _sentence_key(text: str) -> str:
+    # The identity of a sentence for linking and holding out: NFC, case-folded, spaces collapsed.
+    return " ".join(unicodedata.normalize("NFC", text).casefold().split())
+
+
+def split_linked_groups(pairs: Sequence[tuple[str, str]], *, val_size: int, test_size: int, seed: int = 0,
+                        hold_out: Iterable[str] = ()) -> TranslationSplit:
+    """Split translation pairs into training, validation and test parts so that no sentence of
+    one part, on either side, appears in another.
+
+    A corpus such as Tatoeba holds the same sentence in several pairs (one English sentence with
+    three German translations, one German sentence with two English ones). Pairs that share a
+    sentence, directly or through a chain of shared sentences, form a *group* (a connected
+    component of the graph whose nodes are sentences and whose edges are pairs); each group goes
+    whole to one part. Sentences are compared after NFC normalisation, case folding and collapsing
+    spaces. Groups are drawn in a seeded random order into the test part until it holds at least
+    ``test_size`` pairs, then into validation until it holds ``val_size``; the rest is training, in
+    the corpus's order.
+
+    Every group that holds a sentence of ``hold_out`` (compared the same way, on either side) is
+    left out of all three parts, and counted in ``held_out``: the way to keep a sentence the book
+    translates as an example out of what the model learns from.
+
+    Raises:
+        ValueError: ``val_size`` or ``test_size`` not a positive int, or the two together leave no
+            group for training.
+    """
+    for name, value in (("val_size", val_size), ("test_size", test_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"split_linked_groups: {name} must be a positive int, got {value!r}")
+    parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def root(node: tuple[int, str]) -> tuple[int, str]:
+        parent.setdefault(node, node)
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    keys = [((0, _sentence_key(a)), (1, _sentence_key(b))) for a, b in pairs]
+    for a, b in keys:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[ra] = rb
+    reserved = {_sentence_key(text) for text in hold_out}
+    members: dict[tuple[int, str], list[int]] = {}
+    for i, (a, b) in enumerate(keys):
+        members.setdefault(root(a), []).append(i)
+    blocked = {root(node) for a, b in keys for node in (a, b) if node[1] in reserved}
+    order = sorted(group for group in members if group not in blocked)
+    random.Random(seed).shuffle(order)
+    test: list[int] = []
+    val: list[int] = []
+    taken = 0
+    for taken, group in enumerate(order, start=1):
+        part = test if len(test) < test_size else val
+        part.extend(members[group])
+        if len(val) >= val_size:
+            break
+    if taken >= len(order):
+        raise ValueError(f"split_linked_groups: val_size {val_size:,} and test_size {test_size:,} take every one of "
+                         f"the {len(order):,} groups of {len(pairs):,} pairs; none is left for training")
+    in_train = {i for group in order[taken:] for i in members[group]}
+    held = sum(len(members[group]) for group in blocked)
+    return TranslationSplit(train=[pairs[i] for i in sorted(in_train)], val=[pairs[i] for i in sorted(val)],
+                            test=[pairs[i] for i in sorted(test)], held_out=held)

@@ -40,6 +40,15 @@ def test_trains_once_then_loads(fake_multi30k, tmp_path):
         translator.load_or_train(steps=0)
 
 
+def test_load_or_train_refuses_a_file_that_holds_another_model(fake_multi30k, tmp_path):
+    from transformer_book.models import BERT, BERTConfig
+    from transformer_book.training import save_model
+
+    path = save_model(tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)))
+    with pytest.raises(ValueError, match=r"bert.pt holds a BERT and no tokenizer, not a translator"):
+        translator.load_or_train(path=path, device="cpu")
+
+
 @pytest.fixture
 def fake_tatoeba(monkeypatch, tmp_path):
     # Each English sentence has two German versions (a group of linked pairs), plus the running example.

@@ -196,7 +196,8 @@ def load_or_train(
     ``"loaded"`` or ``"trained"``.
 
     Raises:
-        ValueError: an unknown corpus, or ``steps`` not a positive int.
+        ValueError: an unknown corpus, ``steps`` not a positive int, or a file at ``path`` that
+            holds another kind of model (a BERT, a GPT).
     """
     _check_corpus(corpus, "load_or_train")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
@@ -205,6 +206,10 @@ def load_or_train(
     device = torch.device(device) if device is not None else runtime.select_device()
     if path.exists():
         model, tokenizer, metadata = training.load_model(path, device=device)
+        if not isinstance(model, Transformer) or not isinstance(tokenizer, SubwordTokenizer):
+            what = "no tokenizer" if tokenizer is None else f"a {type(tokenizer).__name__}"
+            raise ValueError(f"load_or_train: {path} holds a {type(model).__name__} and {what}, not a translator "
+                             "(a models.Transformer and a SubwordTokenizer); pass a file written by translator.train")
         return model, tokenizer, {**metadata, "source": "loaded", "path": str(path)}
     trained = train(corpus, steps=steps, device=device, path=path, progress=progress)
     history = trained.history

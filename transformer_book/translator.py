@@ -33,7 +33,7 @@ CHAPTER7_SIZES = dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_d
 _QUICK_SIZES = dict(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=1, n_decoder_layers=1)
 
 CORPORA = ("multi30k", "tatoeba")
-"""The corpora a translator can be trained on: Multi30k's image captions and Tatoeba's everyday sentences."""
+"""The corpora a translator can be trained on, Multi30k's image captions and Tatoeba's everyday sentences."""
 
 RUNNING_EXAMPLE = "Ich möchte eine Flasche Wasser."
 """The book's running example, held out of the Tatoeba translator's training data."""
@@ -252,7 +252,7 @@ def translate_with_attention(
 
     Raises:
         ValueError: an empty sentence, one longer than the model's ``max_len``, a model that is
-            not an encoder-decoder :class:`~transformer_book.models.Transformer`, or
+            not an encoder-decoder :class:`~transformer_book.models.transformer.Transformer`, or
             ``beam_size`` not a positive int.
     """
     if not isinstance(model, Transformer):

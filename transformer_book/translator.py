@@ -158,8 +158,7 @@ def train(
         ValueError: an unknown corpus, or ``steps`` not a positive int.
     """
     _check_corpus(corpus, "train")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"train: steps must be a positive int, got {steps!r}")
+    _check_steps(steps, "train")
     plan = recipe(corpus)
     split = corpus_splits(corpus)
     device = torch.device(device) if device is not None else runtime.select_device()
@@ -173,10 +172,8 @@ def train(
     config = plan.train_config(steps)
     history = training.fit(model, batches, training.seq2seq_loss(pad_id=PAD_ID, smoothing=config.smoothing), config,
                            val_batches=lambda: val, device=device, progress=progress)
-    metadata = {"corpus": corpus, "steps": config.steps, "val_loss": history.val_loss[-1][1],
-                "train_seconds": history.train_time_s[-1][1]}
     training.save_model(Path(path) if path is not None else checkpoint_path(corpus=corpus), model,
-                        tokenizer=tokenizer, metadata=metadata)
+                        tokenizer=tokenizer, metadata=_metadata(corpus, history))
     return TrainedTranslator(model.eval(), tokenizer, history, split, plan)
 
 
@@ -200,8 +197,7 @@ def load_or_train(
             holds another kind of model (a BERT, a GPT).
     """
     _check_corpus(corpus, "load_or_train")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"load_or_train: steps must be a positive int, got {steps!r}")
+    _check_steps(steps, "load_or_train")
     path = Path(path) if path is not None else checkpoint_path(corpus=corpus)
     device = torch.device(device) if device is not None else runtime.select_device()
     if path.exists():
@@ -212,10 +208,7 @@ def load_or_train(
                              "(a models.Transformer and a SubwordTokenizer); pass a file written by translator.train")
         return model, tokenizer, {**metadata, "source": "loaded", "path": str(path)}
     trained = train(corpus, steps=steps, device=device, path=path, progress=progress)
-    history = trained.history
-    metadata = {"corpus": corpus, "steps": history.train_loss[-1][0], "val_loss": history.val_loss[-1][1],
-                "train_seconds": history.train_time_s[-1][1]}
-    return trained.model, trained.tokenizer, {**metadata, "source": "trained", "path": str(path)}
+    return trained.model, trained.tokenizer, {**_metadata(corpus, trained.history), "source": "trained", "path": str(path)}
 
 
 class Translation(NamedTuple):
@@ -284,6 +277,17 @@ def translate_with_attention(
     log_prob = log_probs.gather(-1, torch.tensor(output, device=device)[:, None]).sum().item()
     return Translation(sentence, tokenizer.decode(output), tokenizer.id_to_piece(ids), tokenizer.id_to_piece(output),
                        weights[-1][1][0].mean(dim=0).cpu(), log_prob)
+
+
+def _metadata(corpus: str, history: training.History) -> dict[str, Any]:
+    # What a saved translator records of its training, and load_or_train returns.
+    return {"corpus": corpus, "steps": history.train_loss[-1][0], "val_loss": history.val_loss[-1][1],
+            "train_seconds": history.train_time_s[-1][1]}
+
+
+def _check_steps(steps: int | None, where: str) -> None:
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"{where}: steps must be a positive int, got {steps!r}")
 
 
 def _check_corpus(corpus: str, where: str) -> None:

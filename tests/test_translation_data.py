@@ -202,6 +202,27 @@ def test_bucketing_pads_less_than_random_batches():
     assert bucketed < 0.1 < random_order
 
 
+def test_batches_shared_by_threads_are_those_of_one_thread():
+    # fit's prefetching reads batches from another thread; four threads asking for steps of many
+    # epochs at once must get what one thread gets, and leave the object as one thread would.
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    examples = _examples(n=300)
+    reference = BucketedBatches(examples, max_tokens=120, seed=5)
+    steps = list(range(0, 40 * len(reference), 7))
+    expected = [reference.locate(step) for step in steps]
+    for trial in range(3):
+        shared = BucketedBatches(examples, max_tokens=120, seed=5)
+        order = list(np.random.default_rng(trial).permutation(len(steps)))
+        with ThreadPoolExecutor(4) as pool:
+            found = dict(zip(order, pool.map(lambda i: shared.locate(steps[i]), order)))
+        assert [found[i] for i in range(len(steps))] == expected
+        assert [shared.locate(step) for step in steps] == expected          # not corrupted afterwards
+    copy = pickle.loads(pickle.dumps(shared))                                # the lock is not pickled
+    assert copy.locate(steps[-1]) == expected[-1]
+
+
 def test_batches_are_a_pure_function_of_the_step():
     examples = _examples()
     first = BucketedBatches(examples, max_tokens=250, seed=7)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -10,16 +13,35 @@ import numpy as np
 
 __all__ = ["tokenize_words", "Vocab"]
 
-# A word: letters (any script, no digits or underscore), apostrophes allowed inside.
-_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})  # typographic forms
 
 
-def tokenize_words(text: str) -> list[str]:
-    """Lower-case words: runs of letters (any script), keeping an apostrophe inside a word.
+@functools.cache
+def _word_pattern() -> re.Pattern[str]:
+    # A word: a letter (any script; no digit or underscore), then letters and combining marks
+    # (accents left uncomposed, the vowel signs of Devanagari and other Indic scripts), with
+    # apostrophes allowed inside. Python's re has no \p{M}, so the marks' class is built from the
+    # Unicode database once, on first use.
+    marks, start = [], None
+    for code in range(sys.maxunicode + 2):
+        is_mark = code <= sys.maxunicode and unicodedata.category(chr(code)) in ("Mn", "Mc", "Me")
+        if is_mark and start is None:
+            start = code
+        elif not is_mark and start is not None:
+            marks.append(f"{re.escape(chr(start))}-{re.escape(chr(code - 1))}")
+            start = None
+    letter, part = r"[^\W\d_]", rf"(?:[^\W\d_]|[{''.join(marks)}])"
+    return re.compile(rf"{letter}{part}*(?:'{part}+)*")
 
-    Typographic apostrophes (``’``) are read as ``'``, so ``father’s`` is one word,
-    ``father's``. Digits, punctuation and apostrophes at a word's edge are dropped.
+
+def tokenize_words(text: str) -> list[str]:
+    """Lower-case words: runs of letters (any script) and their combining marks, keeping an
+    apostrophe inside a word.
+
+    The text is first put in Unicode's composed form (NFC), so ``café`` is one word however its
+    accent was typed, and a mark that has no composed form (a Devanagari vowel sign, say) stays
+    in its word. Typographic apostrophes (``’``) are read as ``'``, so ``father’s`` is one
+    word, ``father's``. Digits, punctuation and apostrophes at a word's edge are dropped.
 
     >>> tokenize_words("I must go back to my ship, and to my crew.")
     ['i', 'must', 'go', 'back', 'to', 'my', 'ship', 'and', 'to', 'my', 'crew']
@@ -28,7 +50,7 @@ def tokenize_words(text: str) -> list[str]:
     """
     if not isinstance(text, str):
         raise ValueError(f"tokenize_words: text must be a str, got {type(text).__name__}")
-    return _WORD.findall(text.lower().translate(_APOSTROPHES))
+    return _word_pattern().findall(unicodedata.normalize("NFC", text).lower().translate(_APOSTROPHES))
 
 
 class Vocab:

@@ -23,6 +23,7 @@ and the epoch, so that ``batches(step)`` is the same batch on every run: what
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -198,6 +199,16 @@ class BucketedBatches:
         self._specials = dict(pad_id=pad_id, sos_id=sos_id, eos_id=eos_id)
         self._epochs: dict[int, list[np.ndarray]] = {}
         self._starts = [0]  # _starts[e] = global step of epoch e's first batch
+        self._lock = threading.RLock()  # the two caches above are shared by threads (fit's prefetching)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def _pack(self, order: np.ndarray) -> list[np.ndarray]:
         batches, current, longest = [], [], 0
@@ -219,6 +230,10 @@ class BucketedBatches:
             raise ValueError(f"BucketedBatches.epoch: epoch must be a non-negative int, got {epoch!r}")
         if not self.shuffle:
             epoch = 0
+        with self._lock:
+            return self._cached_epoch(epoch)
+
+    def _cached_epoch(self, epoch: int) -> list[np.ndarray]:
         if epoch not in self._epochs:
             if len(self._epochs) > 4:  # keep a few recent epochs
                 self._epochs.pop(min(self._epochs))
@@ -247,10 +262,11 @@ class BucketedBatches:
             raise ValueError(f"BucketedBatches: step must be a non-negative int, got {step!r}")
         if not self.shuffle:
             return 0, step % len(self)
-        while self._starts[-1] <= step:
-            self._starts.append(self._starts[-1] + len(self.epoch(len(self._starts) - 1)))
-        epoch = int(np.searchsorted(self._starts, step, side="right")) - 1
-        return epoch, step - self._starts[epoch]
+        with self._lock:
+            while self._starts[-1] <= step:
+                self._starts.append(self._starts[-1] + len(self.epoch(len(self._starts) - 1)))
+            epoch = int(np.searchsorted(self._starts, step, side="right")) - 1
+            return epoch, step - self._starts[epoch]
 
     def batch(self, indices: Sequence[int]) -> Seq2SeqBatch:
         """Collate the examples at ``indices``."""

@@ -119,3 +119,12 @@ def test_vocab_constructor_validation():
         Vocab(["a", "b", "a"])
     with pytest.raises(ValueError, match="2 counts for 3 tokens"):
         Vocab(["a", "b", "c"], [1, 2])
+
+
+def test_tokenize_words_keeps_combining_marks_in_their_word():
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFD", "Un café crème")              # e + U+0301, as some keyboards type it
+    assert tokenize_words(decomposed) == tokenize_words("Un café crème") == ["un", "café", "crème"]
+    assert tokenize_words("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]             # vowel signs and virama stay inside
+    assert tokenize_words("ὡπλίσσατο δόρπον") == [unicodedata.normalize("NFC", w) for w in ("ὡπλίσσατο", "δόρπον")]

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from transformer_book import twins
-from transformer_book.layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward
+from transformer_book.layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward, layer_norm
 from transformer_book.masks import causal_mask, combine_masks
 
 F64 = torch.float64
@@ -59,8 +59,8 @@ def _layer_norm_by_hand(x, gamma, beta, eps, unbiased=False):
     return gamma * (x - mu) / torch.sqrt(var + eps) + beta
 
 
-def _norm(d, seed, eps=1e-5):
-    ln = LayerNorm(d, eps=eps).to(F64)
+def _norm(d, seed, eps=1e-5, fused=True):
+    ln = LayerNorm(d, eps=eps, fused=fused).to(F64)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         ln.gamma.copy_(1.0 + 0.5 * torch.randn(d, generator=g, dtype=F64))
@@ -68,10 +68,11 @@ def _norm(d, seed, eps=1e-5):
     return ln
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "written-out"])
 @pytest.mark.parametrize("shape", [(8,), (5, 8), (2, 3, 16), (4, 1, 2, 6)])
-def test_layer_norm_matches_torch_in_value_and_gradient(shape):
+def test_layer_norm_matches_torch_in_value_and_gradient(shape, fused):
     d = shape[-1]
-    ours = _norm(d, seed=1)
+    ours = _norm(d, seed=1, fused=fused)
     ref = nn.LayerNorm(d, eps=1e-5, dtype=F64)
     with torch.no_grad():
         ref.weight.copy_(ours.gamma)
@@ -86,8 +87,9 @@ def test_layer_norm_matches_torch_in_value_and_gradient(shape):
         torch.testing.assert_close(a, b, **TOL)
 
 
-def test_layer_norm_uses_biased_variance():
-    ln = _norm(6, seed=4)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "written-out"])
+def test_layer_norm_uses_biased_variance(fused):
+    ln = _norm(6, seed=4, fused=fused)
     x = _randn(3, 6, seed=5)
     out = ln(x)
     biased = _layer_norm_by_hand(x, ln.gamma, ln.beta, ln.eps, unbiased=False)
@@ -96,7 +98,7 @@ def test_layer_norm_uses_biased_variance():
     # the unbiased variant is visibly different, so this test catches the trap
     assert (out - unbiased).abs().max() > 1e-2
     # normalised rows (gamma = 1, beta = 0): mean 0 and biased variance 1 (up to eps)
-    plain = LayerNorm(6).to(F64)(x)
+    plain = LayerNorm(6, fused=fused).to(F64)(x)
     torch.testing.assert_close(plain.mean(-1), torch.zeros(3, dtype=F64), rtol=0, atol=1e-12)
     var = plain.var(-1, unbiased=False)
     torch.testing.assert_close(var, x.var(-1, unbiased=False) / (x.var(-1, unbiased=False) + 1e-5), **TOL)
@@ -176,6 +178,54 @@ def test_layer_norm_gradient_closed_form():
     torch.testing.assert_close(grad_x.sum(-1), torch.zeros(2, 3, dtype=F64), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_layer_norm_fused_and_written_out_agree_in_value_and_gradient(dtype):
+    """The module's two paths are one function: values and the gradients of x, gamma and beta."""
+    fused, written = _norm(16, seed=11, fused=True).to(dtype), _norm(16, seed=11, fused=False).to(dtype)
+    x = (4.0 * _randn(3, 5, 16, seed=12) - 2.0).to(dtype)
+    upstream = _randn(3, 5, 16, seed=13).to(dtype)
+    results = []
+    for ln in (fused, written):
+        xi = x.clone().requires_grad_(True)
+        out = ln(xi)
+        assert out.dtype == dtype
+        results.append((out, *torch.autograd.grad((out * upstream).sum(), [xi, ln.gamma, ln.beta])))
+    # float64: to rounding; the half types: to a few units in their last place (both compute in float32)
+    tol = {torch.float64: TOL, torch.float32: dict(rtol=1e-5, atol=1e-5),
+           torch.float16: dict(rtol=2e-3, atol=4e-3), torch.bfloat16: dict(rtol=2e-2, atol=3e-2)}[dtype]
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "written-out"])
+def test_layer_norm_float16_statistics_do_not_overflow(fused):
+    """One feature 400 away from the mean: (x - mu)^2 = 160,000 overflows float16 (max 65,504).
+
+    Statistics computed in float16 make the variance inf and the whole row 0 (a GPT's logits
+    all zero after ``.half()``); in float32 the row is normalised as in float64.
+    """
+    x = _randn(2, 8, seed=14)
+    x[:, 3] = 400.0
+    ln = _norm(8, seed=15, fused=fused)
+    expected = ln(x)
+    got = ln.to(torch.float16)(x.to(torch.float16))
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    assert got.abs().amax(-1).min() > 0.5                  # no row collapsed to beta
+    torch.testing.assert_close(got.double(), expected, rtol=1e-2, atol=1e-2)
+    # the trap itself, in float16 arithmetic: the variance is inf
+    x16 = x.to(torch.float16)
+    assert torch.isinf((x16 - x16.mean(-1, keepdim=True)).pow(2).mean(-1)).all()
+
+
+def test_layer_norm_function_keeps_the_input_dtype_and_shape():
+    gamma, beta = torch.ones(4, dtype=torch.float32), torch.zeros(4, dtype=torch.float32)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        out = layer_norm(torch.arange(8.0).reshape(2, 4).to(dtype), gamma, beta)
+        assert out.dtype == dtype and out.shape == (2, 4)
+        torch.testing.assert_close(out.double(), torch.tensor([[-1.3416, -0.4472, 0.4472, 1.3416]] * 2, dtype=F64),
+                                   rtol=1e-2, atol=1e-2)
+
+
 def test_layer_norm_errors():
     ln = LayerNorm(8)
     with pytest.raises(ValueError, match=r"\(\.\.\., 8\).*" + re.escape("(2, 3, 7)")):
@@ -192,6 +242,8 @@ def test_layer_norm_parameters():
     assert sorted(n for n, _ in ln.named_parameters()) == ["beta", "gamma"]
     assert torch.equal(ln.gamma, torch.ones(5)) and torch.equal(ln.beta, torch.zeros(5))
     assert ln.eps == 1e-6
+    assert ln.fused and not LayerNorm(5, fused=False).fused
+    assert "fused=False" in repr(LayerNorm(5, fused=False)) and "fused" not in repr(ln)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 r"""The pieces of a Transformer block (chapter 5) and the encoder and decoder layers (chapter 6).
 
-* :class:`LayerNorm`: :math:`\gamma \odot (x - \mu) / \sqrt{\sigma^2 + \epsilon} + \beta` over the
-  features, with the *biased* variance and :math:`\epsilon` inside the root.
+* :func:`layer_norm`: :math:`\gamma \odot (x - \mu) / \sqrt{\sigma^2 + \epsilon} + \beta` over the
+  features, with the *biased* variance and :math:`\epsilon` inside the root, written out;
+  :class:`LayerNorm`, the module, runs PyTorch's fused kernel for the same function.
 * :class:`PositionwiseFeedForward`: :math:`\max(0, x W_1 + b_1) W_2 + b_2`, applied to every
   position separately.
 * :class:`EncoderLayer` and :class:`DecoderLayer`, each sub-layer wrapped in a residual
@@ -21,7 +22,7 @@ from torch import nn
 
 from transformer_book.attention import KVCache, MultiHeadAttention
 
-__all__ = ["LayerNorm", "PositionwiseFeedForward", "EncoderLayer", "DecoderLayer"]
+__all__ = ["layer_norm", "LayerNorm", "PositionwiseFeedForward", "EncoderLayer", "DecoderLayer"]
 
 _ACTIVATIONS = {
     "relu": F.relu,
@@ -42,8 +43,8 @@ def _check_probability(owner: str, dropout: float) -> None:
         raise ValueError(f"{owner}: dropout must lie in [0, 1), got {dropout}")
 
 
-class LayerNorm(nn.Module):
-    r"""Layer normalisation over the last axis.
+def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    r"""Layer normalisation over the last axis, written out as chapter 5 derives it.
 
     .. math::
 
@@ -52,35 +53,60 @@ class LayerNorm(nn.Module):
         \operatorname{LayerNorm}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta
 
     The variance is the biased one (divide by ``d``, not ``d - 1``) and ``eps`` sits inside the
-    square root: two traps of peers' code, where either changes the result.
+    square root: two traps of peers' code, where either changes the result. The arithmetic runs
+    in float32 at least (float64 stays float64), as ``F.layer_norm``'s does, and the result is
+    rounded to ``x``'s dtype once: in float16 :math:`(x_l - \mu)^2` overflows 65,504 as soon as
+    :math:`|x_l - \mu| > 256`.
+
+    Shapes: ``x`` is ``(..., d)``; ``gamma`` and ``beta`` are ``(d,)``; the result has ``x``'s
+    shape and dtype.
+    """
+    wide = torch.promote_types(x.dtype, torch.float32)
+    xw = x.to(wide)
+    mu = xw.mean(dim=-1, keepdim=True)
+    var = (xw - mu).pow(2).mean(dim=-1, keepdim=True)  # biased: divide by d
+    y = gamma.to(wide) * (xw - mu) / torch.sqrt(var + eps) + beta.to(wide)
+    return y.to(x.dtype)
+
+
+class LayerNorm(nn.Module):
+    r"""Layer normalisation over the last axis: :func:`layer_norm` with learned ``gamma`` and
+    ``beta``.
+
+    The module runs PyTorch's fused kernel ``F.layer_norm`` (one pass, statistics in float32);
+    with ``fused=False`` it runs the written-out :func:`layer_norm` instead. The two compute the
+    same function, checked equal in value and gradient in float64 and float16 by the tests,
+    the way :class:`~transformer_book.attention.MultiHeadAttention` has an explicit and a fused
+    path.
 
     Args:
         d_model: ``d``, the size of the last axis.
         eps: :math:`\epsilon > 0`.
+        fused: run ``F.layer_norm`` (default) or :func:`layer_norm`.
 
     Shapes: ``(..., d_model)`` in and out. Parameters ``gamma`` (ones) and ``beta`` (zeros), ``(d_model,)``.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, *, fused: bool = True) -> None:
         super().__init__()
         _check_positive_int("LayerNorm", d_model=d_model)
         if not eps > 0:
             raise ValueError(f"LayerNorm: eps must be positive, got {eps}")
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps, self.fused = d_model, eps, bool(fused)
         self.gamma = nn.Parameter(torch.ones(d_model))
         self.beta = nn.Parameter(torch.zeros(d_model))
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
+        return f"{self.d_model}, eps={self.eps}" + ("" if self.fused else ", fused=False")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1:] != (self.d_model,):
             raise ValueError(f"LayerNorm: expected (..., {self.d_model}), got shape {tuple(x.shape)}")
         if not x.dtype.is_floating_point:
             raise ValueError(f"LayerNorm: x must be a floating-point tensor, got dtype {x.dtype}")
-        mu = x.mean(dim=-1, keepdim=True)
-        var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # biased: divide by d
-        return self.gamma * (x - mu) / torch.sqrt(var + self.eps) + self.beta
+        if self.fused:
+            return F.layer_norm(x, (self.d_model,), self.gamma, self.beta, self.eps)
+        return layer_norm(x, self.gamma, self.beta, self.eps)
 
 
 class PositionwiseFeedForward(nn.Module):

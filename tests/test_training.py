@@ -2,6 +2,7 @@
 
 import math
 import os
+import threading
 
 import pytest
 import torch
@@ -299,7 +300,8 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path):
     assert resumed.lr == straight.lr
     for a, b in zip(straight_model.parameters(), resumed_model.parameters()):
         assert torch.equal(a, b)
-    assert os.listdir(path.parent) == ["run.pt"]  # written atomically: no temporary files left
+    # written atomically: no temporary files left (the run's lock file stays, hidden)
+    assert sorted(os.listdir(path.parent)) in (["run.pt"], [".run.pt.lock", "run.pt"])
     saved = torch.load(path, weights_only=True)
     assert saved["format_version"] == 1 and saved["step"] == 20
     assert {"model", "optimizer", "scheduler", "history", "rng"} <= set(saved)
@@ -537,3 +539,61 @@ def test_mfu_is_logged_from_tokens_per_second_and_the_peak(monkeypatch):
 def test_compile_and_flops_settings_are_checked(field, value, pattern):
     with pytest.raises(ValueError, match=pattern):
         TrainConfig(**{field: value})
+
+
+# --------------------------------------------------------------------------------------
+# One run per checkpoint path; a resume continues the same run
+# --------------------------------------------------------------------------------------
+
+
+def test_a_second_run_with_the_same_checkpoint_path_is_refused_while_the_first_runs(tmp_path):
+    """Two runs writing one path would overwrite each other's checkpoints, and a resume would
+    take over the other run's weights: the second run is refused at once."""
+    path = str(tmp_path / "shared.pt")
+    config = TrainConfig(steps=2, warmup_steps=1, checkpoint_path=path)
+    started, release, finished = threading.Event(), threading.Event(), []
+
+    def held_batches(step):
+        started.set()
+        assert release.wait(30)
+        return batches(step)
+
+    first = threading.Thread(target=lambda: finished.append(fit(make_model(), held_batches, lm_loss, config,
+                                                                progress=False)))
+    first.start()
+    try:
+        assert started.wait(30)
+        second = make_model(seed=5)
+        before = [p.detach().clone() for p in second.parameters()]
+        with pytest.raises(RuntimeError, match=r"another run is training with checkpoint_path .*shared\.pt"):
+            fit(second, batches, lm_loss, config, progress=False)
+        assert all(torch.equal(a, b) for a, b in zip(before, second.parameters()))
+    finally:
+        release.set()
+        first.join(30)
+    assert len(finished) == 1 and torch.load(path, weights_only=True)["step"] == 2
+    # the first run is over: the path is free again
+    assert len(fit(make_model(), batches, lm_loss, config, progress=False).train_loss) == 2
+
+
+def test_resume_with_other_settings_is_refused_and_leaves_the_model_untouched(tmp_path):
+    path = str(tmp_path / "run.pt")
+    base = dict(steps=4, lr=1e-2, warmup_steps=1, checkpoint_path=path)
+    fit(make_model(), batches, lm_loss, TrainConfig(**base), progress=False)
+    for change, pattern in [(dict(lr=2e-2), r"lr 0\.01 -> 0\.02"), (dict(weight_decay=0.1), r"weight_decay 0\.01 -> 0\.1"),
+                            (dict(schedule="constant"), r"schedule 'inverse_sqrt' -> 'constant'"),
+                            (dict(seed=1), r"seed 0 -> 1"), (dict(betas=(0.9, 0.99)), r"betas")]:
+        model = make_model(seed=7)
+        before = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(ValueError, match=r"cannot resume from .*run\.pt.*" + pattern):
+            fit(model, batches, lm_loss, TrainConfig(**{**base, **change, "steps": 8}), progress=False, resume=True)
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    # what does not change the arithmetic may change: more steps (inverse_sqrt), logging, validation
+    resumed = fit(make_model(), batches, lm_loss, TrainConfig(**{**base, "steps": 6, "log_every": 2, "eval_every": 3}),
+                  progress=False, resume=True)
+    assert [s for s, _ in resumed.train_loss] == list(range(1, 7))
+    # the cosine schedule reads steps: changing them would change every learning rate after the resume
+    cosine = dict(base, schedule="cosine", checkpoint_path=str(tmp_path / "cosine.pt"))
+    fit(make_model(), batches, lm_loss, TrainConfig(**cosine), progress=False)
+    with pytest.raises(ValueError, match=r"steps 4 -> 8"):
+        fit(make_model(), batches, lm_loss, TrainConfig(**{**cosine, "steps": 8}), progress=False, resume=True)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 import torch.nn.functional as F
+from filelock import FileLock, Timeout
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 # The text progress bar everywhere: it renders in terminals, Jupyter and Colab alike, and
@@ -531,6 +532,41 @@ def _evaluate(model: nn.Module, loss_fn: Callable, batches: Iterable, device: to
     return total / count
 
 
+# The settings that decide a run's numbers: a resumed run must share them with the run that
+# wrote the checkpoint, or it would silently mix the two (say the saved optimizer's learning
+# rate with the new schedule). ``steps`` counts too where the schedule reads it (cosine).
+# The others (how often to log, validate and save, the time budget, compilation, kernels)
+# change how a run is carried out or reported, not the arithmetic of its steps.
+_RESUME_SETTINGS = ("lr", "weight_decay", "betas", "warmup_steps", "schedule", "smoothing", "clip_norm", "seed",
+                    "min_lr_ratio")
+
+
+def _check_resumable(saved: dict[str, Any] | None, config: TrainConfig, path: str) -> None:
+    """Refuse to resume from a checkpoint whose run was configured differently."""
+    if not isinstance(saved, dict):
+        raise ValueError(f"fit: checkpoint {path} records no TrainConfig, so resuming cannot be checked; "
+                         "start a new run (resume=False) or use another checkpoint_path")
+    names = _RESUME_SETTINGS + (("steps",) if config.schedule == "cosine" else ())
+    current = asdict(config)
+
+    def same(a: Any, b: Any) -> bool:
+        return list(a) == list(b) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else a == b
+
+    changed = [f"{name} {saved.get(name)!r} -> {current[name]!r}" for name in names if not same(saved.get(name), current[name])]
+    if changed:
+        raise ValueError(f"fit: cannot resume from {path}: it was written by a run with other settings "
+                         f"({'; '.join(changed)}); resume with the same settings, or start a new run with "
+                         "another checkpoint_path")
+
+
+def _run_lock(path: str) -> FileLock:
+    """A lock held while :func:`fit` writes checkpoints to ``path``, so that a second run given the
+    same path fails at once instead of overwriting the first's checkpoints."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(target.parent / f".{target.name}.lock"), timeout=0)
+
+
 def fit(
     model: nn.Module,
     train_batches: Callable[[int], Any],
@@ -558,18 +594,48 @@ def fit(
     With ``resume=True`` and a file at ``config.checkpoint_path``, model, optimizer, schedule,
     scaler, random generators and history are restored from it and training continues at
     the saved step; with no file there it starts afresh (so one command serves a first run
-    and a restart). Otherwise the random generators are seeded with ``config.seed``.
+    and a restart). Otherwise the random generators are seeded with ``config.seed``. A resumed
+    run must have the settings that decide the numbers (learning rate, weight decay, betas,
+    warm-up, schedule, smoothing, clipping, seed, ``min_lr_ratio``, and ``steps`` for the
+    cosine schedule) of the run that wrote the checkpoint; ``steps`` may grow for the other
+    schedules, and logging, validation, saving, time budget and compilation may change.
+
+    While it runs with a ``checkpoint_path``, ``fit`` holds a lock file beside it
+    (``.<name>.lock``): a second run given the same path, in this process or another, is
+    refused at once rather than overwriting the first run's checkpoints.
 
     Raises:
         FloatingPointError: when a training loss is NaN or infinite (before the bad step is
             applied), naming the step and the loss.
         ValueError: for ``resume`` without a ``checkpoint_path``, or a checkpoint of another
-            format version or one whose parameter names or shapes do not match ``model``.
+            format version, one whose parameter names or shapes do not match ``model``, or one
+            written with other settings (see above).
+        RuntimeError: another run is training with the same ``checkpoint_path``.
     """
     if not callable(train_batches):
         raise ValueError("fit: train_batches must be a callable step -> batch")
     if resume and config.checkpoint_path is None:
         raise ValueError("fit: resume=True needs config.checkpoint_path")
+    # one lock per run: in a DDP run rank 0 holds it (it alone writes the checkpoints)
+    lock = _run_lock(config.checkpoint_path) if config.checkpoint_path is not None and _world()[0] == 0 else None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RuntimeError(f"fit: another run is training with checkpoint_path {config.checkpoint_path} "
+                               f"(it holds {lock.lock_file}); give each run its own checkpoint_path") from None
+    try:
+        return _fit(model, train_batches, loss_fn, config, val_batches=val_batches, device=device,
+                    progress=progress, resume=resume)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callable, config: TrainConfig, *,
+         val_batches: Callable[[], Iterable[Any]] | None, device: torch.device | str | None, progress: bool,
+         resume: bool) -> History:
+    """:func:`fit`'s loop, run while the checkpoint lock is held."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     seed_everything(config.seed, deterministic=False)
@@ -587,6 +653,7 @@ def fit(
         if state.get("format_version") != CHECKPOINT_VERSION:
             raise ValueError(f"fit: checkpoint format_version {state.get('format_version')!r}, expected {CHECKPOINT_VERSION}")
         _check_model_matches(model, state["model"], config.checkpoint_path)
+        _check_resumable(state.get("config"), config, config.checkpoint_path)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])

@@ -367,3 +367,44 @@ def test_broadcasting_batch_dims_are_accepted():
     out, weights = scaled_dot_product_attention(q, k, v)
     assert out.shape == (2, 5, 3) and weights.shape == (2, 5, 7)
     torch.testing.assert_close(out[1], scaled_dot_product_attention(q[1], k, v)[0], rtol=1e-14, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# Half precision and infinities
+# --------------------------------------------------------------------------------------
+
+
+def test_float16_scores_do_not_overflow_before_the_scaling():
+    """q . k = 64 * 40 * 40 = 102,400 is past float16's 65,504, the scaled score 12,800 is not:
+    computed in float16 the scores were inf and the weights NaN."""
+    q = torch.full((1, 2, 64), 40.0)
+    k = torch.full((1, 3, 64), 40.0)
+    k[0, 1] = 39.0
+    v = torch.randn(1, 3, 5, generator=torch.Generator().manual_seed(0))
+    expected_out, expected_w = scaled_dot_product_attention(q.double(), k.double(), v.double())
+    out, weights = scaled_dot_product_attention(q.half(), k.half(), v.half())
+    assert out.dtype == weights.dtype == torch.float16
+    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+    torch.testing.assert_close(weights.double(), expected_w, rtol=0, atol=1e-3)
+    torch.testing.assert_close(out.double(), expected_out, rtol=0, atol=1e-2)
+
+
+def test_float16_softmax_over_more_keys_than_float16_can_count():
+    """70,000 equal scores: a float16 sum of their exponentials is inf and every weight 0."""
+    scores = torch.zeros(1, 70_000, dtype=torch.float16)
+    weights = softmax(scores)
+    assert weights.dtype == torch.float16
+    assert abs(weights.float().sum().item() - 1.0) < 1e-2
+    assert bool((weights > 0).all())
+
+
+def test_softmax_with_positive_infinity_takes_the_limit():
+    scores = torch.tensor([[1.0, float("inf"), 2.0, float("inf")], [1.0, 2.0, 3.0, 4.0]])
+    weights = softmax(scores)
+    assert torch.isfinite(weights).all()
+    torch.testing.assert_close(weights[0], torch.tensor([0.0, 0.5, 0.0, 0.5]))
+    torch.testing.assert_close(weights[1], torch.softmax(scores[1], -1))          # other rows untouched
+    hide = torch.tensor([[False, True, False, False], [False] * 4])
+    torch.testing.assert_close(softmax(scores, mask=hide)[0], torch.tensor([0.0, 0.0, 0.0, 1.0]))
+    # the limit it stands for: a score growing without bound takes all the weight
+    torch.testing.assert_close(softmax(torch.tensor([1.0, 1e30]))[1], torch.tensor(1.0))

@@ -18,7 +18,7 @@ def test_cached_self_attention_equals_causal_attention_over_the_whole_sequence()
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2).double().eval()
     x = torch.randn(3, 6, 8, dtype=torch.float64)
-    full, _ = mha(x, x, x, causal_mask(6))
+    full, _ = mha(x, x, x, causal_mask(6)[None])
     cache, steps = KVCache(), []
     for t in range(6):
         out, _ = mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache)
@@ -27,8 +27,8 @@ def test_cached_self_attention_equals_causal_attention_over_the_whole_sequence()
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)
     # the first call may hold several positions, with the causal block as its mask
     cache = KVCache()
-    first, _ = mha(x[:, :4], x[:, :4], x[:, :4], causal_mask(4), cache=cache)
-    rest, _ = mha(x[:, 4:], x[:, 4:], x[:, 4:], causal_mask(6)[4:], cache=cache)
+    first, _ = mha(x[:, :4], x[:, :4], x[:, :4], causal_mask(4)[None], cache=cache)
+    rest, _ = mha(x[:, 4:], x[:, 4:], x[:, 4:], causal_mask(6)[None, 4:], cache=cache)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, rtol=0, atol=1e-12)
 
 

@@ -406,7 +406,7 @@ def test_pre_ln_layers_with_zero_sublayers_are_the_identity():
     enc = _zero_sublayers(_randomise(EncoderLayer(8, 2, 12, dropout=0.0, norm_first=True), seed=37))
     dec = _zero_sublayers(_randomise(DecoderLayer(8, 2, 12, dropout=0.0, norm_first=True), seed=38))
     torch.testing.assert_close(enc(x, SRC_PADDING[:, None, :5]), x, rtol=0, atol=0)
-    torch.testing.assert_close(dec(x, memory, causal_mask(5)), x, rtol=0, atol=0)
+    torch.testing.assert_close(dec(x, memory, causal_mask(5)[None]), x, rtol=0, atol=0)
     # post-LN has no clean residual path: the output is LayerNorm(x), not x
     post = _zero_sublayers(_randomise(EncoderLayer(8, 2, 12, dropout=0.0, norm_first=False), seed=37))
     expected = post.norm2(post.norm1(x))

@@ -112,7 +112,7 @@ def _masks_for(case: str, n: int, m: int):
     if case == "padding":
         return KEY_PADDING[:, None, :], dict(key_padding_mask=KEY_PADDING)
     if case == "causal":
-        return causal_mask(n), dict(attn_mask=causal_mask(n))
+        return causal_mask(n)[None], dict(attn_mask=causal_mask(n))
     if case == "both":
         return combine_masks(KEY_PADDING[:, None, :], causal_mask(n)), dict(
             key_padding_mask=KEY_PADDING, attn_mask=causal_mask(n)
@@ -220,8 +220,9 @@ def test_mask_shapes_all_accepted_and_equivalent():
     reference = mha(x, x, x, pad)[0]
     for mask in (full, per_head):
         torch.testing.assert_close(mha(x, x, x, mask)[0], reference, **TOL)
-    causal = causal_mask(5)  # (n, m)
+    causal = causal_mask(5)[None]  # (1, n, m): shared by the batch
     torch.testing.assert_close(mha(x, x, x, causal)[0], mha(x, x, x, causal.expand(2, 5, 5))[0], **TOL)
+    torch.testing.assert_close(mha(x, x, x, causal[None])[0], mha(x, x, x, causal)[0], **TOL)  # (1, 1, n, m)
 
 
 # --------------------------------------------------------------------------------------
@@ -316,9 +317,9 @@ def test_dropout_returns_clean_weights():
     mha = _mha(16, 4, seed=30, dropout=0.5).train()
     (x,) = _inputs((2, 5, 16), seed=31)
     torch.manual_seed(0)
-    _, weights = mha(x, x, x, causal_mask(5))
+    _, weights = mha(x, x, x, causal_mask(5)[None])
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 5, dtype=F64), rtol=0, atol=1e-12)
-    _, clean = mha.eval()(x, x, x, causal_mask(5))
+    _, clean = mha.eval()(x, x, x, causal_mask(5)[None])
     torch.testing.assert_close(weights, clean, **TOL)
 
 
@@ -474,7 +475,7 @@ def test_causal_flag_equals_the_causal_mask(need_weights, with_padding):
     x = torch.randn(3, 6, 16, generator=g, dtype=F64)
     padding = torch.zeros(3, 1, 6, dtype=torch.bool)
     padding[1, 0, 4:] = True
-    mask = combine_masks(padding, causal_mask(6)) if with_padding else causal_mask(6)
+    mask = combine_masks(padding, causal_mask(6)) if with_padding else causal_mask(6)[None]
     expected, expected_weights = mha(x, x, x, mask, need_weights=need_weights)
     got, got_weights = mha(x, x, x, padding if with_padding else None, need_weights=need_weights, causal=True)
     torch.testing.assert_close(got, expected, **TOL)
@@ -489,7 +490,7 @@ def test_causal_flag_with_fewer_queries_than_keys_aligns_with_the_last_query():
     g = torch.Generator().manual_seed(8)
     memory = torch.randn(2, 7, 16, generator=g, dtype=F64)
     queries = memory[:, 4:]                                       # the last 3 of 7 positions
-    full, _ = mha(memory, memory, memory, causal_mask(7), need_weights=False)
+    full, _ = mha(memory, memory, memory, causal_mask(7)[None], need_weights=False)
     for need_weights in (True, False):
         got, _ = mha(queries, memory, memory, need_weights=need_weights, causal=True)
         torch.testing.assert_close(got, full[:, 4:], **TOL)
@@ -637,3 +638,52 @@ def test_prefer_attention_kernel_only_allows_no_other_kernel():
         with prefer_attention_kernel("cudnn", only=True):
             F.scaled_dot_product_attention(q, q, q, is_causal=True)
     assert torch.backends.cuda.flash_sdp_enabled()  # restored afterwards
+
+
+def test_a_two_dimensional_mask_is_refused_as_ambiguous():
+    """(n, m) shared by the batch and (B, m) one row per sequence have the same shape when B == n:
+    a (B, m) padding mask used to be read silently as (n, m). Every 2-D mask is refused, naming
+    the two shapes that say what is meant."""
+    mha = _mha(8, 2, seed=40)
+    (x,) = _inputs((5, 5, 8), seed=41)               # B == n == m
+    key_padding = torch.zeros(5, 5, dtype=torch.bool)
+    key_padding[0, 3:] = True                        # sequence 0 has two padded keys
+    for need_weights in (True, False):
+        with pytest.raises(ValueError, match=r"2-D mask \(5, 5\) is ambiguous.*\(1, n, m\).*\(B, 1, m\)"):
+            mha(x, x, x, key_padding, need_weights=need_weights)
+    # said the unambiguous way, the padding mask hides sequence 0's last keys and no one else's
+    _, weights = mha(x, x, x, key_padding[:, None, :])
+    assert bool((weights[0, :, :, 3:] == 0).all()) and bool((weights[1:] > 0).all())
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
+def test_float16_attention_with_large_activations_matches_float64(need_weights):
+    """Inputs large enough that the float16 scores QK^T overflow unless computed in float32."""
+    mha = _mha(64, 1, seed=42)
+    with torch.no_grad():
+        for proj in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
+            proj.weight.copy_(torch.eye(64, dtype=F64))
+            proj.bias.zero_()
+    x = torch.full((1, 3, 64), 40.0, dtype=F64)
+    x[0, 1] = 39.0
+    x[0, :, 0] += torch.tensor([0.0, 1.0, 2.0], dtype=F64)
+    expected, _ = mha(x, x, x, need_weights=True)
+    got, _ = mha.half()(x.half(), x.half(), x.half(), need_weights=need_weights)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=0.1)
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
+def test_bfloat16_input_under_cpu_autocast_is_accepted(need_weights):
+    """Under autocast the projections cast their inputs: bfloat16 activations with float32 weights
+    are a valid use (they were refused as a dtype mismatch)."""
+    mha = _mha(16, 4, seed=43).float()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(44))
+    expected, _ = mha(x, x, x, need_weights=need_weights)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = mha(x.bfloat16(), x.bfloat16(), x.bfloat16(), need_weights=need_weights)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
+    # without autocast the mismatch is still an error that says what to do
+    with pytest.raises(ValueError, match=r"query has dtype torch.bfloat16 but the weights are torch.float32"):
+        mha(x.bfloat16(), x.bfloat16(), x.bfloat16())

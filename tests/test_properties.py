@@ -86,7 +86,7 @@ def test_causal_outputs_do_not_depend_on_the_future(n, seed, cut, norm_first):
     x = tensors(seed, 2, n, 8)
     y = x.clone()
     y[:, cut + 1:] = tensors(seed + 9, 2, n - cut - 1, 8)
-    mask = causal_mask(n)
+    mask = causal_mask(n)[None]
     torch.testing.assert_close(layer(y, mask)[:, : cut + 1], layer(x, mask)[:, : cut + 1])
 
 
@@ -98,7 +98,7 @@ def test_fast_and_explicit_attention_paths_agree(b, n, m, heads, seed, kind):
     mha = MultiHeadAttention(4 * heads, heads).double().eval()
     q, kv = tensors(seed, b, n, 4 * heads), tensors(seed + 2, b, m, 4 * heads)
     mask = {"none": None, "random": random_mask(seed, b, 1, n, m), "all": torch.ones(b, 1, n, m, dtype=torch.bool),
-            "causal": causal_mask(max(n, m))[:n, :m]}[kind]
+            "causal": causal_mask(max(n, m))[None, :n, :m]}[kind]
     explicit, _ = mha(q, kv, kv, mask, need_weights=True)
     fast, none = mha(q, kv, kv, mask, need_weights=False)
     assert none is None and torch.isfinite(fast).all()

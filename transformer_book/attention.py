@@ -34,7 +34,10 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -
     overflows, since every exponent is at most 0.
 
     Entries where ``mask`` is ``True`` get weight exactly 0. A slice in which every entry
-    is masked gets all-zero weights (not NaN, and with finite gradients).
+    is masked gets all-zero weights (not NaN, and with finite gradients). A slice holding
+    :math:`+\\infty` gets the limit of the formula: its weight shared equally by the
+    :math:`+\\infty` entries. Half-precision scores are normalised in float32 (a float16 sum of
+    more than 65,504 ones is infinite) and the weights returned in the scores' dtype.
 
     Args:
         scores: floating-point tensor of any shape.
@@ -51,15 +54,19 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -
     if not isinstance(scores, torch.Tensor) or not scores.dtype.is_floating_point:
         what = scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
         raise ValueError(f"softmax: scores must be a floating-point tensor, got {what}")
+    x = scores.to(torch.promote_types(scores.dtype, torch.float32))  # half precision: sum in float32
     if mask is not None:
         _check_mask(mask, scores.shape, "softmax")
-        scores = scores.masked_fill(mask, float("-inf"))
-    shift = scores.amax(dim=dim, keepdim=True)
+        x = x.masked_fill(mask, float("-inf"))
+    infinite = x == float("inf")  # where a slice holds +inf, the limit: those entries share the weight
+    limit = torch.zeros_like(x).masked_fill(~infinite, float("-inf"))
+    x = torch.where(infinite.any(dim=dim, keepdim=True), limit, x)
+    shift = x.amax(dim=dim, keepdim=True)
     # A fully masked slice has max -inf; shifting by 0 there keeps exp(-inf) = 0, not NaN.
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift)).detach()
-    exp = torch.exp(scores - shift)
+    exp = torch.exp(x - shift)
     total = exp.sum(dim=dim, keepdim=True)
-    return exp / total.clamp_min(torch.finfo(exp.dtype).tiny)
+    return (exp / total.clamp_min(torch.finfo(exp.dtype).tiny)).to(scores.dtype)
 
 
 def scaled_dot_product_attention(
@@ -92,8 +99,10 @@ def scaled_dot_product_attention(
 
     Returns:
         ``(output, weights)`` with ``output`` of shape ``(..., n, d_v)`` and ``weights``
-        of shape ``(..., n, m)``. A query whose keys are all masked gets zero weights and
-        a zero output.
+        of shape ``(..., n, m)``, in ``value``'s dtype. A query whose keys are all masked
+        gets zero weights and a zero output. Half-precision inputs have their scores and
+        softmax computed in float32: a float16 :math:`QK^\\top` overflows 65,504 before the
+        scaling would bring it back.
 
     Raises:
         ValueError: if the inputs are not floating tensors of one dtype and device, if
@@ -104,11 +113,12 @@ def scaled_dot_product_attention(
     d_k = query.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(d_k) if d_k > 0 else 1.0
-    scores = torch.matmul(query, key.transpose(-2, -1)) * scale  # (..., n, m)
+    wide = torch.promote_types(query.dtype, torch.float32)  # half precision: scores in float32
+    scores = torch.matmul(query.to(wide), key.to(wide).transpose(-2, -1)) * scale  # (..., n, m)
     if bias is not None:
         _check_bias(bias, scores)
         scores = scores + bias
-    weights = softmax(scores, mask=mask, dim=-1)
+    weights = softmax(scores, mask=mask, dim=-1).to(value.dtype)
     return torch.matmul(weights, value), weights
 
 
@@ -225,8 +235,11 @@ class MultiHeadAttention(nn.Module):
 
     Shapes:
         ``query`` ``(B, n, d_model)``, ``key`` ``(B, m, kdim)``, ``value`` ``(B, m, vdim)``;
-        ``mask`` boolean, True = excluded, one of ``(n, m)``, ``(B, 1, m)``, ``(B, n, m)`` (a head
-        axis is added) or ``(B, h, n, m)``; ``bias`` (optional, added to the scaled scores)
+        ``mask`` boolean, True = excluded, one of ``(B, 1, m)``, ``(B, n, m)`` (a head axis is
+        added) or ``(B, h, n, m)``, where ``B`` (and ``h``) may be 1 for a mask shared by the
+        batch; a 2-D mask is refused, since ``(n, m)`` and a ``(B, m)`` padding mask cannot be
+        told apart when ``B == n`` (pass ``causal_mask(n)[None]`` or
+        :func:`~transformer_book.masks.padding_mask`'s ``(B, 1, m)``); ``bias`` (optional, added to the scaled scores)
         broadcastable to ``(B, h, n, m)``. Returns ``(output (B, n, d_model), weights
         (B, h, n, m) or None)``.
     """
@@ -360,7 +373,8 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"MultiHeadAttention: {name} must have shape (B, length, {width}), got {tuple(t.shape)}"
                 )
-            if t.dtype != dtype:
+            # under autocast (say bfloat16 on the CPU) the projections cast their inputs themselves
+            if t.dtype != dtype and not (t.dtype.is_floating_point and torch.is_autocast_enabled(t.device.type)):
                 raise ValueError(
                     f"MultiHeadAttention: {name} has dtype {t.dtype} but the weights are {dtype}; "
                     f"convert one of them (e.g. module.to({t.dtype}))"
@@ -373,15 +387,21 @@ class MultiHeadAttention(nn.Module):
         return query.shape[0], query.shape[1], key.shape[1]
 
     def _head_mask(self, mask: torch.Tensor | None, batch: int, n: int, m: int) -> torch.Tensor | None:
-        """Give a mask a head axis: (n, m) and (B, h, n, m) stay, (B, 1, m) and (B, n, m) gain one."""
+        """Give a mask a head axis: (B, h, n, m) stays, (B, 1, m) and (B, n, m) gain one; 2-D is refused."""
         if mask is None:
             return None
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise ValueError(f"MultiHeadAttention: mask must be boolean (True = key excluded), got {what}")
-        if mask.dim() not in (2, 3, 4):
+        if mask.dim() == 2:  # (n, m) for every sequence, or (B, m) per sequence? Same shape when B == n.
             raise ValueError(
-                f"MultiHeadAttention: mask must have shape (n, m), (B, 1, m), (B, n, m) or (B, h, n, m), "
+                f"MultiHeadAttention: a 2-D mask {tuple(mask.shape)} is ambiguous ((n, m) shared by the batch, or "
+                "(B, m) one row per sequence, alike when B == n); pass (1, n, m) for a mask shared by the batch "
+                "(causal_mask(n)[None]) or (B, 1, m) for a padding mask (masks.padding_mask)"
+            )
+        if mask.dim() not in (3, 4):
+            raise ValueError(
+                f"MultiHeadAttention: mask must have shape (B, 1, m), (B, n, m) or (B, h, n, m) (B may be 1), "
                 f"got {tuple(mask.shape)}"
             )
         if mask.dim() == 3:  # per batch element: check against (B, n, m), then add the head axis

@@ -148,7 +148,7 @@ class GPT(nn.Module):
         offset = len(caches[0])
         x = self._embed(tokens_new, offset)
         k = tokens_new.shape[1]
-        mask = self.causal[offset:offset + k, :offset + k] if k > 1 else None
+        mask = self.causal[None, offset:offset + k, :offset + k] if k > 1 else None
         return self.output(self.blocks(x, mask, caches=caches)), caches
 
     def extra_repr(self) -> str:

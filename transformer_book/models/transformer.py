@@ -312,7 +312,7 @@ class Transformer(nn.Module):
         y = self._embed(tgt_new, self.tgt_embedding, self.tgt_positional, "tgt_new", offset)  # checks tgt_new
         k = tgt_new.shape[1]
         # New query i (position offset + i) sees every cached key and the new keys j <= i.
-        self_mask = causal_mask(offset + k, device=tgt_new.device)[offset:] if k > 1 else None
+        self_mask = causal_mask(offset + k, device=tgt_new.device)[None, offset:] if k > 1 else None
         return self.decoder(y, memory, self_mask, src_mask, caches=caches), caches
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,10 @@ import math
 import pytest
 import torch
 
-from transformer_book import attention, decoding, layers, masks, metrics, positional, prompting, training
+from transformer_book import attention, decoding, layers, masks, metrics, positional, prompting, text, training
+from transformer_book.data import pad_sequences
+from transformer_book.embeddings import ppmi
+from transformer_book.models import Encoder
 from transformer_book.data import finetuning as tasks
 from transformer_book.data import registry
 from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig, Transformer, TransformerConfig
@@ -116,6 +119,33 @@ CASES = [
     ("greedy decoding beyond max_len", lambda: decoding.greedy_decode(translator(), torch.tensor([[5, 6, 2]]), max_new_tokens=20),
      r"max_new_tokens=20 exceeds the model's max_len=8"),
     ("unknown corpus", lambda: registry.get_corpus("wikitext3"), r"unknown corpus 'wikitext3'; known corpora: .*wikitext2"),
+    # issue 22: cases that gave a silent wrong result or an unhelpful traceback
+    ("Encoder: one cache for two layers", lambda: Encoder(2, 8, 2, 16)(x, caches=[attention.KVCache()]),
+     r"Encoder: caches must be a list of one cache per layer \(2\), got 1 caches"),
+    ("Vocab.decode: negative id", lambda: text.Vocab.build(["a", "b"]).decode([-1]), r"id -1 is outside 0 \.\. 1"),
+    ("Vocab.decode: id past the end", lambda: text.Vocab.build(["a", "b"]).decode([2]), r"id 2 is outside 0 \.\. 1"),
+    ("Vocab.decode: float id", lambda: text.Vocab.build(["a", "b"]).decode([0.5]), r"ids must be integers, got 0\.5"),
+    ("Vocab.build: a str", lambda: text.Vocab.build("a string"), r"tokens must be an iterable of tokens, got a str"),
+    ("Vocab.build: ints", lambda: text.Vocab.build([1, 2]), r"tokens must be str, got int 1"),
+    ("pad_sequences: floats", lambda: pad_sequences([[1.7, 2.0]]), r"sequence 0 must hold integer ids, got torch.float32"),
+    ("ppmi: a NaN count", lambda: ppmi(__import__("scipy.sparse").sparse.csr_matrix([[1.0, float("nan")], [2.0, 1.0]])),
+     r"counts must be finite, got 1 NaN or inf"),
+    ("TrainConfig: infinite lr", lambda: training.TrainConfig(lr=math.inf), r"lr must be a finite number, got inf"),
+    ("TrainConfig: lr as a str", lambda: training.TrainConfig(lr="1e-3"), r"lr must be a finite number, got '1e-3'"),
+    ("TrainConfig: NaN weight decay", lambda: training.TrainConfig(weight_decay=math.nan), r"weight_decay must be a finite number"),
+    ("mha: a 2-D (B, m) padding mask with B == n", lambda: attention.MultiHeadAttention(8, 2)(
+        torch.randn(5, 5, 8), torch.randn(5, 5, 8), torch.randn(5, 5, 8), torch.zeros(5, 5, dtype=torch.bool)),
+     r"2-D mask \(5, 5\) is ambiguous"),
+    ("sdpa: zero keys", lambda: attention.scaled_dot_product_attention(x, torch.randn(2, 0, 8), torch.randn(2, 0, 8)),
+     r"no keys \(m = 0\)"),
+    ("mha: zero keys", lambda: attention.MultiHeadAttention(8, 2)(x, torch.randn(2, 0, 8), torch.randn(2, 0, 8)),
+     r"no keys \(m = 0\)"),
+    ("sampling: NaN temperature", lambda: decoding.next_token_distribution(torch.randn(1, 10), temperature=math.nan),
+     r"temperature must be a finite non-negative number, got nan"),
+    ("sampling: NaN logits", lambda: decoding.next_token_distribution(torch.tensor([[math.nan, 1.0, 2.0]]), top_p=0.9),
+     r"logits hold NaN"),
+    ("corpus_bleu: a generator", lambda: metrics.corpus_bleu((s for s in ["a b c"]), ["a b c"]),
+     r"hypotheses must be a sequence of strings \(a list\), one per sentence, got a generator"),
 ]
 
 

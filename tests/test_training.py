@@ -597,3 +597,22 @@ def test_resume_with_other_settings_is_refused_and_leaves_the_model_untouched(tm
     fit(make_model(), batches, lm_loss, TrainConfig(**cosine), progress=False)
     with pytest.raises(ValueError, match=r"steps 4 -> 8"):
         fit(make_model(), batches, lm_loss, TrainConfig(**{**cosine, "steps": 8}), progress=False, resume=True)
+
+
+def test_language_model_loss_with_every_target_ignored_is_zero_not_nan():
+    """A batch whose targets are all IGNORE_INDEX (say a window of prompt tokens only) scores
+    nothing: cross-entropy's own mean over no positions is 0 / 0 = NaN, which fit would stop on."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(V, 8), nn.Linear(8, V))
+    x = torch.randint(1, V, (2, 4))
+    from transformer_book.training import language_model_loss
+
+    loss, count = language_model_loss()(model, (x, torch.full((2, 4), -100)))
+    assert count == 0 and loss.item() == 0.0
+    loss.backward()                                      # a graph to back-propagate through, with zero gradients
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+    y = torch.randint(1, V, (2, 4))
+    y[0] = -100
+    loss, count = language_model_loss()(model, (x, y))
+    assert count == 4
+    torch.testing.assert_close(loss, F.cross_entropy(model(x)[1], y[1]))

@@ -149,6 +149,8 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
         raise ValueError(
             f"attention: key and value must have the same length m, got {shapes}"
         )
+    if key.shape[-2] == 0:
+        raise ValueError(f"attention: no keys (m = 0): every query needs at least one key to attend to, got {shapes}")
     try:
         torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     except RuntimeError:
@@ -384,6 +386,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"MultiHeadAttention: batch sizes differ: {shapes}")
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"MultiHeadAttention: key and value lengths differ: {shapes}")
+        if key.shape[1] == 0:
+            raise ValueError(f"MultiHeadAttention: no keys (m = 0): every query needs at least one key, got {shapes}")
         return query.shape[0], query.shape[1], key.shape[1]
 
     def _head_mask(self, mask: torch.Tensor | None, batch: int, n: int, m: int) -> torch.Tensor | None:

@@ -20,6 +20,8 @@ The functions here work with any model that has the encoder-decoder interface of
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -214,10 +216,14 @@ def next_token_distribution(
         Probabilities of ``logits``' shape, each row summing to one.
 
     Raises:
-        ValueError: a negative temperature, or a bad ``top_k`` or ``top_p``.
+        ValueError: a negative, infinite or NaN temperature, NaN logits, or a bad ``top_k`` or
+            ``top_p``.
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"next_token_distribution: temperature must be a non-negative number, got {temperature!r}")
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature)
+            or temperature < 0):
+        raise ValueError(f"next_token_distribution: temperature must be a finite non-negative number, got {temperature!r}")
+    if torch.isnan(logits).any():
+        raise ValueError("next_token_distribution: logits hold NaN (a diverged model, or a bad input)")
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(torch.float32)
     scaled = logits.float() / temperature

@@ -73,7 +73,13 @@ class Vocab:
         """Keep every token seen at least ``min_count`` times."""
         if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
             raise ValueError(f"Vocab.build: min_count must be a positive int, got {min_count!r}")
+        if isinstance(tokens, (str, bytes)):  # a str iterates over its characters: almost never meant
+            raise ValueError(f"Vocab.build: tokens must be an iterable of tokens, got a {type(tokens).__name__} "
+                             "(split it first, e.g. text.tokenize_words(s); for characters pass list(s))")
         counter = Counter(tokens)
+        if not all(isinstance(t, str) for t in counter):
+            bad = next(t for t in counter if not isinstance(t, str))
+            raise ValueError(f"Vocab.build: tokens must be str, got {type(bad).__name__} {bad!r}")
         kept = sorted((t for t, c in counter.items() if c >= min_count), key=lambda t: (-counter[t], t))
         return cls(kept, [counter[t] for t in kept])
 
@@ -97,7 +103,19 @@ class Vocab:
         return np.fromiter((self.stoi.get(t, unknown) for t in tokens), dtype=np.int64)
 
     def decode(self, ids: Iterable[int]) -> list[str]:
-        return [self.itos[int(i)] for i in ids]
+        """The tokens of ``ids``.
+
+        Raises:
+            ValueError: an id outside ``0 .. len - 1`` (a negative id would index from the end).
+        """
+        out = []
+        for i in ids:
+            if isinstance(i, bool) or not float(i).is_integer():
+                raise ValueError(f"Vocab.decode: ids must be integers, got {i!r}")
+            if not 0 <= int(i) < len(self.itos):
+                raise ValueError(f"Vocab.decode: id {int(i)} is outside 0 .. {len(self.itos) - 1}")
+            out.append(self.itos[int(i)])
+        return out
 
     def __repr__(self) -> str:
         head = ", ".join(self.itos[:5])

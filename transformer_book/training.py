@@ -148,7 +148,8 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
     against ``y`` over every position whose target is not ``IGNORE_INDEX`` (-100; e.g. the items
     of :class:`~transformer_book.data.incontext.InContextBatches`), label-smoothed only
     in training mode, so that the validation loss is the plain cross-entropy (its exponential the
-    perplexity). The count it returns is the number of positions scored."""
+    perplexity). The count it returns is the number of positions scored; a batch with none
+    scores 0 (a mean over no positions, which cross-entropy's own mean makes NaN)."""
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"language_model_loss: smoothing must lie in [0, 1), got {smoothing}")
 
@@ -156,9 +157,12 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
         x, y = batch
         logits = model(x)
         epsilon = smoothing if model.training else 0.0
+        scored = int((y != IGNORE_INDEX).sum())
+        if scored == 0:  # cross-entropy's mean over no positions is 0 / 0
+            return logits.float().sum() * 0.0, 0
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), label_smoothing=epsilon,
                                ignore_index=IGNORE_INDEX)
-        return loss, int((y != IGNORE_INDEX).sum())
+        return loss, scored
 
     return loss_fn
 
@@ -297,6 +301,10 @@ class TrainConfig:
             _positive_int(getattr(self, name), name, "TrainConfig")
         _positive_int(self.warmup_steps, "warmup_steps", "TrainConfig", allow_zero=True)
         _positive_int(self.seed, "seed", "TrainConfig", allow_zero=True)
+        for name in ("lr", "weight_decay", "min_lr_ratio", "smoothing"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"TrainConfig: {name} must be a finite number, got {value!r}")
         if not self.lr > 0:
             raise ValueError(f"TrainConfig: lr must be positive, got {self.lr}")
         if not self.weight_decay >= 0:

@@ -57,7 +57,8 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> t
     """Stack id sequences into a ``(B, L)`` int64 tensor, padding on the right with ``pad_id``.
 
     Raises:
-        ValueError: no sequences, or an empty one.
+        ValueError: no sequences, an empty one, or one holding a value that is not an integer
+            id (a float such as 1.7 would be truncated to 1).
     """
     if len(sequences) == 0:
         raise ValueError("pad_sequences: no sequences")
@@ -66,7 +67,10 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> t
         raise ValueError(f"pad_sequences: sequence {lengths.index(0)} is empty")
     out = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
     for row, sequence in enumerate(sequences):
-        out[row, :len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+        values = torch.as_tensor(sequence)
+        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+            raise ValueError(f"pad_sequences: sequence {row} must hold integer ids, got {values.dtype}")
+        out[row, :len(sequence)] = values
     return out
 
 

@@ -54,7 +54,7 @@ def ppmi(counts: sp.spmatrix, alpha: float = 0.75, shift: float = 1.0) -> sp.csr
         ``(|V|, |V_c|)`` float64 CSR matrix of PPMI values.
 
     Raises:
-        ValueError: for negative counts, an empty matrix, ``alpha`` outside ``(0, 1]`` or ``shift < 1``.
+        ValueError: for negative, NaN or infinite counts, an empty matrix, ``alpha`` outside ``(0, 1]`` or ``shift < 1``.
     """
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"ppmi: alpha must lie in (0, 1], got {alpha}")
@@ -64,6 +64,8 @@ def ppmi(counts: sp.spmatrix, alpha: float = 0.75, shift: float = 1.0) -> sp.csr
     counts.eliminate_zeros()
     if counts.nnz == 0:
         raise ValueError("ppmi: the count matrix has no non-zero entry")
+    if not np.isfinite(counts.data).all():
+        raise ValueError(f"ppmi: counts must be finite, got {int((~np.isfinite(counts.data)).sum())} NaN or inf entries")
     if counts.data.min() < 0:
         raise ValueError("ppmi: counts must be non-negative")
     total = counts.data.sum()

@@ -75,6 +75,17 @@ def _stack(
     return layers, norm
 
 
+def _per_layer(caches: list | None, n_layers: int, where: str) -> list:
+    """One cache per layer, or ``None`` for every layer: a list of another length would leave
+    layers without their cache (``zip`` stops at the shorter)."""
+    if caches is None:
+        return [None] * n_layers
+    if not isinstance(caches, (list, tuple)) or len(caches) != n_layers:
+        got = f"{len(caches)} caches" if isinstance(caches, (list, tuple)) else type(caches).__name__
+        raise ValueError(f"{where}: caches must be a list of one cache per layer ({n_layers}), got {got}")
+    return list(caches)
+
+
 class Encoder(nn.Module):
     """A stack of :class:`~transformer_book.layers.EncoderLayer`, with a final LayerNorm when
     ``final_norm`` (default: only for pre-LN, whose last layer's output is otherwise unnormalised).
@@ -111,7 +122,7 @@ class Encoder(nn.Module):
         ``need_weights``: also return every layer's attention weights, a list of ``(B, h, n, m)``
         (computed by the explicit attention path)."""
         weights = []
-        for layer, cache in zip(self.layers, caches if caches is not None else [None] * len(self.layers)):
+        for layer, cache in zip(self.layers, _per_layer(caches, len(self.layers), "Encoder")):
             if need_weights:
                 x, w = layer(x, mask, cache=cache, causal=causal, bias=bias, need_weights=True)
                 weights.append(w)
@@ -125,7 +136,7 @@ class Decoder(nn.Module):
     """A stack of :class:`~transformer_book.layers.DecoderLayer`, final LayerNorm as in :class:`Encoder`.
 
     Shapes: ``y`` ``(B, n, d_model)``, ``memory`` ``(B, m, d_model)``, ``self_mask``
-    ``(B, n, n)`` or ``(n, n)``, ``memory_mask`` ``(B, 1, m)`` -> ``(B, n, d_model)``. With
+    ``(B, n, n)`` or ``(1, n, n)``, ``memory_mask`` ``(B, 1, m)`` -> ``(B, n, d_model)``. With
     ``need_weights=True`` also a list, one ``(self_weights, cross_weights)`` pair per layer.
     """
 
@@ -158,7 +169,7 @@ class Decoder(nn.Module):
         caches: list[tuple[KVCache, KVCache]] | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         weights = []
-        for layer, cache in zip(self.layers, caches if caches is not None else [None] * len(self.layers)):
+        for layer, cache in zip(self.layers, _per_layer(caches, len(self.layers), "Decoder")):
             if need_weights:
                 y, self_w, cross_w = layer(y, memory, self_mask, memory_mask, need_weights=True, cache=cache)
                 weights.append((self_w, cross_w))

@@ -99,7 +99,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
             torch.testing.assert_close(state[name], value, rtol=1e-4, atol=1e-5, msg=name)
     # one checkpoint file (rank 0 writes it, the other rank waits), holding the last step
     assert [p.name for p in tmp_path.glob("ckpt*")] == ["ckpt.pt"]
-    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["step"] == STEPS
+    assert training.read_checkpoint(tmp_path / "ckpt.pt")["step"] == STEPS
 
 
 def test_shard_batch_splits_every_tensor_along_the_batch():

@@ -13,6 +13,7 @@ from transformer_book.training import (
     History,
     TrainConfig,
     fit,
+    read_checkpoint,
     label_smoothed_cross_entropy,
     warmup_cosine,
     warmup_inverse_sqrt,
@@ -215,7 +216,7 @@ def test_time_budget_stops_training_and_resumes_with_a_larger_budget(tmp_path):
     assert history.train_time_s[-1] == (done, pytest.approx(history.train_time_s[-1][1]))
     assert history.train_time_s[-1][1] >= 0.2
     assert [s for s, _ in history.val_loss] == [done]      # validated at the last step
-    assert torch.load(path, weights_only=True)["step"] == done  # and checkpointed there
+    assert read_checkpoint(path)["step"] == done  # and checkpointed there
     longer = TrainConfig(**{**config.__dict__, "time_budget_s": 0.4})
     resumed = fit(make_model(), batches, slow_loss, longer, val_batches=val_batches, progress=False, resume=True)
     assert resumed.train_loss[:done] == history.train_loss
@@ -291,7 +292,7 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path):
 
     with pytest.raises(Interrupted):
         fit(make_model(), interrupted_batches, lm_loss, config, val_batches=val_batches, progress=False, resume=True)
-    assert torch.load(path, weights_only=True)["step"] == 10
+    assert read_checkpoint(path)["step"] == 10
     resumed_model = make_model(seed=123)  # a different initialisation: everything must come from the checkpoint
     resumed = fit(resumed_model, batches, lm_loss, config, val_batches=val_batches, progress=False, resume=True)
 
@@ -302,7 +303,7 @@ def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path):
         assert torch.equal(a, b)
     # written atomically: no temporary files left (the run's lock file stays, hidden)
     assert sorted(os.listdir(path.parent)) in (["run.pt"], [".run.pt.lock", "run.pt"])
-    saved = torch.load(path, weights_only=True)
+    saved = read_checkpoint(path)
     assert saved["format_version"] == 1 and saved["step"] == 20
     assert {"model", "optimizer", "scheduler", "history", "rng"} <= set(saved)
 
@@ -383,7 +384,7 @@ def test_load_model_rejects_other_files(tmp_path):
     model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1))
     path = save_model(tmp_path / "m.pt", model)
     assert load_model(path)[1] is None
-    saved = torch.load(path, weights_only=True)
+    saved = read_checkpoint(path)
     for name, change, message in [
         ("version.pt", {"format_version": 99}, "format version 99"),
         ("class.pt", {"class": "GPT5"}, "holds a 'GPT5'"),
@@ -393,7 +394,7 @@ def test_load_model_rejects_other_files(tmp_path):
         with pytest.raises(ValueError, match=message):
             load_model(tmp_path / name)
     (tmp_path / "truncated.pt").write_bytes(path.read_bytes()[:100])
-    with pytest.raises(ValueError, match="not a readable model file"):
+    with pytest.raises(ValueError, match="truncated.pt is not a readable checkpoint"):
         load_model(tmp_path / "truncated.pt")
     with pytest.raises(ValueError, match="can save"):
         save_model(tmp_path / "x.pt", nn.Linear(2, 2))
@@ -444,7 +445,7 @@ def test_resuming_from_a_checkpoint_of_another_format_version_fails_clearly(tmp_
     path = tmp_path / "run.pt"
     torch.save({"format_version": 99, "step": 3}, path)
     config = TrainConfig(steps=2, warmup_steps=1, checkpoint_path=str(path))
-    with pytest.raises(ValueError, match="checkpoint format_version 99, expected 1"):
+    with pytest.raises(ValueError, match=r"checkpoint .*run\.pt has format_version 99, expected 1"):
         fit(model, lambda s: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
             language_model_loss(), config, resume=True, progress=False)
 
@@ -571,7 +572,7 @@ def test_a_second_run_with_the_same_checkpoint_path_is_refused_while_the_first_r
     finally:
         release.set()
         first.join(30)
-    assert len(finished) == 1 and torch.load(path, weights_only=True)["step"] == 2
+    assert len(finished) == 1 and read_checkpoint(path)["step"] == 2
     # the first run is over: the path is free again
     assert len(fit(make_model(), batches, lm_loss, config, progress=False).train_loss) == 2
 
@@ -616,3 +617,82 @@ def test_language_model_loss_with_every_target_ignored_is_zero_not_nan():
     loss, count = language_model_loss()(model, (x, y))
     assert count == 4
     torch.testing.assert_close(loss, F.cross_entropy(model(x)[1], y[1]))
+
+
+# --------------------------------------------------------------------------------------
+# Damaged files: every failure names the file and leaves the model as it was
+# --------------------------------------------------------------------------------------
+
+
+def _params(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _unchanged(model, before):
+    return all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_model_is_untouched(tmp_path):
+    path = tmp_path / "run.pt"
+    config = TrainConfig(steps=2, warmup_steps=1, checkpoint_path=str(path))
+    fit(make_model(), batches, lm_loss, config, progress=False)
+    good = path.read_bytes()
+    damaged = {f"cut at {share:.1%}": good[:int(len(good) * share)] for share in (0.5, 0.9, 0.999)}
+    middle = len(good) // 2
+    damaged["one flipped byte"] = good[:middle] + bytes([good[middle] ^ 0x01]) + good[middle + 1:]
+    for what, data in damaged.items():
+        path.write_bytes(data)
+        model = make_model(seed=9)
+        before = _params(model)
+        with pytest.raises(ValueError, match=r"run\.pt .*(not a readable checkpoint|corrupt)") as info:
+            fit(model, batches, lm_loss, config, progress=False, resume=True)
+        assert _unchanged(model, before), what
+        assert str(path) in str(info.value)
+    # a well-formed file that misses a part, or holds the wrong kind of value
+    state = read_checkpoint(_write_good(path, good))
+    for what, broken in [("no optimizer", {k: v for k, v in state.items() if k != "optimizer"}),
+                         ("history a list", {**state, "history": []}),
+                         ("optimizer of another shape", {**state, "optimizer": {"state": {}, "param_groups": []}})]:
+        torch.save(broken, path)
+        model = make_model(seed=9)
+        before = _params(model)
+        with pytest.raises(ValueError, match=r"run\.pt"):
+            fit(model, batches, lm_loss, config, progress=False, resume=True)
+        assert _unchanged(model, before), what
+
+
+def _write_good(path, data):
+    path.write_bytes(data)
+    return path
+
+
+def test_a_flipped_byte_in_a_saved_model_is_found_by_its_checksum(tmp_path):
+    from transformer_book.models import Transformer, TransformerConfig
+    from transformer_book.training import load_model, save_model
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1))
+    path = save_model(tmp_path / "m.pt", model)
+    good = path.read_bytes()
+    found = 0
+    for offset in range(len(good) // 3, len(good) - 200, len(good) // 7):  # bytes in the weights' region
+        path.write_bytes(good[:offset] + bytes([good[offset] ^ 0x10]) + good[offset + 1:])
+        with pytest.raises(ValueError, match=r"m\.pt"):
+            load_model(path)
+        found += 1
+    assert found >= 3
+    # a file written before checksums (the dict alone) still loads
+    torch.save(read_checkpoint(_write_good(path, good)), tmp_path / "old.pt")
+    old, _, _ = load_model(tmp_path / "old.pt")
+    assert all(torch.equal(a, b) for a, b in zip(old.state_dict().values(), model.state_dict().values()))
+
+
+def test_saved_files_follow_the_umask(tmp_path):
+    """mkstemp creates files 0600: a model saved for others to read was readable by its owner only."""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "run.pt"
+        fit(make_model(), batches, lm_loss, TrainConfig(steps=1, warmup_steps=1, checkpoint_path=str(path)), progress=False)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -20,6 +20,8 @@ the data position without replaying an iterator.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 import os
 import random
@@ -60,6 +62,7 @@ __all__ = [
     "CHECKPOINT_VERSION",
     "save_model",
     "load_model",
+    "read_checkpoint",
     "init_distributed",
     "shard_batch",
 ]
@@ -477,18 +480,81 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _save_atomic(obj: dict[str, Any], path: str) -> None:
-    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``:
-    a crash mid-write leaves the previous checkpoint intact, never a truncated one."""
+    """``torch.save`` ``obj`` with a SHA-256 checksum of its bytes, to a temporary file beside
+    ``path``, then rename it over ``path``: a crash mid-write leaves the previous checkpoint
+    intact, never a truncated one, and :func:`_load_checked` finds a file changed since."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    payload = buffer.getvalue()
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
+            torch.save({_CHECKSUM: hashlib.sha256(payload).hexdigest(), _PAYLOAD: payload}, handle)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a saved model is as readable as any file
         os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+_CHECKSUM, _PAYLOAD = "sha256", "payload"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _load_checked(path: str | os.PathLike[str], where: str) -> dict[str, Any]:
+    """The dict :func:`_save_atomic` wrote to ``path``, its checksum verified; only tensors and
+    plain values are unpickled. Files written before checksums (a dict with no ``payload``) load
+    unchecked.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: a truncated or corrupt file, or one that holds no dict, naming ``path``.
+    """
+    try:
+        outer = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # truncated, not a torch file, or unpickling refused
+        raise ValueError(f"{where}: {path} is not a readable checkpoint, truncated or corrupt "
+                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+    if isinstance(outer, dict) and _PAYLOAD in outer:
+        payload = outer[_PAYLOAD]
+        if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != outer.get(_CHECKSUM):
+            raise ValueError(f"{where}: {path} is corrupt: its contents do not match the checksum written with them")
+        try:
+            outer = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise ValueError(f"{where}: {path} holds an unreadable checkpoint ({type(err).__name__})") from None
+    if not isinstance(outer, dict):
+        raise ValueError(f"{where}: {path} holds a {type(outer).__name__}, not a checkpoint dict")
+    return outer
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The dict that :func:`fit` (a checkpoint: ``step``, ``model``, ``optimizer``, ``config``,
+    ...) or :func:`save_model` wrote to ``path``, its checksum verified.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: a truncated or corrupt file, naming ``path``.
+    """
+    return _load_checked(path, "read_checkpoint")
+
+
+def _require(state: dict[str, Any], types: dict[str, type | tuple[type, ...]], path: str, where: str) -> None:
+    """Every key of ``types`` present in ``state`` with a value of that type, before anything is loaded."""
+    missing = sorted(k for k in types if k not in state)
+    wrong = [f"{k} is a {type(state[k]).__name__}" for k, t in types.items() if k in state and not isinstance(state[k], t)]
+    if missing or wrong:
+        problems = ([f"missing {missing}"] if missing else []) + wrong
+        raise ValueError(f"{where}: {path} is not a complete checkpoint: {'; '.join(problems)}")
 
 
 def _check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path: str, where: str = "fit") -> None:
@@ -657,18 +723,25 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     history, start = History(), 0
 
     if resume and os.path.exists(config.checkpoint_path):
-        state = torch.load(config.checkpoint_path, map_location="cpu", weights_only=True)
+        path = config.checkpoint_path
+        state = _load_checked(path, "fit")
         if state.get("format_version") != CHECKPOINT_VERSION:
-            raise ValueError(f"fit: checkpoint format_version {state.get('format_version')!r}, expected {CHECKPOINT_VERSION}")
-        _check_model_matches(model, state["model"], config.checkpoint_path)
-        _check_resumable(state.get("config"), config, config.checkpoint_path)
+            raise ValueError(f"fit: checkpoint {path} has format_version {state.get('format_version')!r}, "
+                             f"expected {CHECKPOINT_VERSION}")
+        _require(state, {"step": int, "model": dict, "optimizer": dict, "scheduler": dict, "history": dict,
+                         "rng": dict}, path, "fit")
+        _check_model_matches(model, state["model"], path)
+        _check_resumable(state.get("config"), config, path)
+        try:  # everything but the model first: a failure here leaves the model as it was
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            if scaler is not None and state.get("scaler"):
+                scaler.load_state_dict(state["scaler"])
+            history, start = History.from_dict(state["history"]), state["step"]
+            _set_rng_state(state["rng"])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as err:
+            raise ValueError(f"fit: checkpoint {path} is damaged ({type(err).__name__}: {err})") from None
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        history, start = History.from_dict(state["history"]), int(state["step"])
-        _set_rng_state(state["rng"])
 
     def save(step: int) -> None:
         _save_atomic({
@@ -832,31 +905,35 @@ def load_model(
 ) -> tuple[nn.Module, SubwordTokenizer | WordPieceTokenizer | None, dict[str, Any]]:
     """Rebuild a model written by :func:`save_model`: ``(model in eval mode, tokenizer or None, metadata)``.
 
-    Only tensors and plain values are unpickled (``torch.load(weights_only=True)``).
+    Only tensors and plain values are unpickled (``torch.load(weights_only=True)``), and the
+    file's SHA-256 checksum is verified (files written before checksums load unchecked).
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is not a model file of this format version, names a class the
-            package cannot rebuild, or holds weights that do not fit its config.
+        ValueError: the file is truncated, corrupt (its checksum does not match), not a model
+            file of this format version, names a class the package cannot rebuild, or holds a
+            config, tokenizer or weights that do not fit; the message names the file.
     """
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, ValueError) as err:  # truncated or not a torch file
-        raise ValueError(f"load_model: {path} is not a readable model file ({type(err).__name__}: {err})") from None
-    if not isinstance(saved, dict) or saved.get("format_version") != MODEL_FORMAT_VERSION:
-        found = saved.get("format_version") if isinstance(saved, dict) else type(saved).__name__
-        raise ValueError(f"load_model: {path} has format version {found!r}, expected {MODEL_FORMAT_VERSION}")
+    saved = _load_checked(path, "load_model")
+    if saved.get("format_version") != MODEL_FORMAT_VERSION:
+        raise ValueError(f"load_model: {path} has format version {saved.get('format_version')!r}, "
+                         f"expected {MODEL_FORMAT_VERSION}")
     if saved.get("class") not in _SAVABLE:
         raise ValueError(f"load_model: {path} holds a {saved.get('class')!r}; known classes: {sorted(_SAVABLE)}")
+    _require(saved, {"config": dict, "model": dict, "tokenizer": (bytes, str, type(None)),
+                     "metadata": (dict, type(None))}, str(path), "load_model")
     model_class, config_class = _SAVABLE[saved["class"]]
-    model = model_class(config_class(**saved["config"]))
+    try:
+        model = model_class(config_class(**saved["config"]))
+        stored = saved["tokenizer"]
+        if stored is None:
+            tokenizer = None
+        elif saved.get("tokenizer_kind", "sentencepiece") == "wordpiece":
+            tokenizer = WordPieceTokenizer.from_str(stored)
+        else:
+            tokenizer = SubwordTokenizer(stored)
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        raise ValueError(f"load_model: {path} holds a damaged config or tokenizer ({type(err).__name__}: {err})") from None
     _check_model_matches(model, saved["model"], str(path), where="load_model")
     model.load_state_dict(saved["model"])
-    stored = saved.get("tokenizer")
-    if stored is None:
-        tokenizer = None
-    elif saved.get("tokenizer_kind", "sentencepiece") == "wordpiece":
-        tokenizer = WordPieceTokenizer.from_str(stored)
-    else:
-        tokenizer = SubwordTokenizer(stored)
     return model.to(device).eval(), tokenizer, dict(saved.get("metadata") or {})

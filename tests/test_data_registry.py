@@ -304,3 +304,72 @@ def test_registry_matches_sha256sums(tmp_path: Path, monkeypatch) -> None:
             assert remote.sha256 == sums[key], key
             assert remote.size == (root / key).stat().st_size, key
             assert fetch(corpus, remote.name, download=False) == root / key
+
+
+# --- a cache that is read-only, misplaced, locked or littered (issue 22) -------------------
+
+def test_a_read_only_cache_holding_a_verified_file_is_used(dirs: dict[str, Path], monkeypatch) -> None:
+    """A shared, read-only cache (root cannot be denied by chmod, so the lock refuses instead)."""
+    from transformer_book.data import download
+
+    corpus = make_corpus(dirs["source"].as_uri())
+    cached = fetch(corpus)
+
+    class ReadOnlyLock:
+        def __init__(self, path: str, timeout: float) -> None:
+            self.lock_file = path
+
+        def acquire(self) -> None:
+            raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(download, "FileLock", ReadOnlyLock)
+    assert fetch(corpus) == cached                         # no lock needed to read a verified file
+    cached.unlink()
+    with pytest.raises(DataUnavailableError, match=r"cache folder .*toy is not writable \(Permission denied\).*TB_CACHE_DIR"):
+        fetch(corpus)
+
+
+def test_a_cache_dir_that_is_a_file_is_named(dirs: dict[str, Path], monkeypatch) -> None:
+    from transformer_book.data.download import DataError
+
+    not_a_folder = dirs["tmp"] / "cache-file"
+    not_a_folder.write_text("x")
+    monkeypatch.setenv("TB_CACHE_DIR", str(not_a_folder))
+    with pytest.raises(DataError, match=r"cache-file .*TB_CACHE_DIR.* is not a folder"):
+        fetch(make_corpus(dirs["source"].as_uri()))
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "..", "", " toy"])
+def test_a_corpus_or_file_name_that_leads_out_of_the_cache_is_refused(dirs: dict[str, Path], name: str) -> None:
+    with pytest.raises(ValueError, match=r"Corpus: name must be a plain file name"):
+        make_corpus(dirs["source"].as_uri(), name=name)
+    with pytest.raises(ValueError, match=r"RemoteFile: name must be a plain file name"):
+        RemoteFile(name, dirs["source"].as_uri(), CONTENT_SHA256, len(CONTENT))
+    assert not (dirs["tmp"] / "outside").exists()
+
+
+def test_a_lock_held_too_long_raises_data_unavailable_naming_the_lock(dirs: dict[str, Path], monkeypatch) -> None:
+    from filelock import FileLock
+
+    from transformer_book.data import download
+
+    monkeypatch.setattr(download, "_LOCK_TIMEOUT_SECONDS", 0.2)
+    target = dirs["cache"] / "toy" / "words.txt"
+    target.parent.mkdir(parents=True)
+    with FileLock(str(target) + ".lock"):
+        with pytest.raises(DataUnavailableError, match=r"another process has held .*words\.txt\.lock"):
+            fetch(make_corpus(dirs["source"].as_uri()))
+
+
+def test_a_killed_download_leaves_no_part_file_for_ever_and_files_follow_the_umask(dirs: dict[str, Path]) -> None:
+    folder = dirs["cache"] / "toy"
+    folder.mkdir(parents=True)
+    stale = folder / ".words.txt.k1ll3d.part"
+    stale.write_bytes(CONTENT[:100])
+    old = os.umask(0o022)
+    try:
+        path = fetch(make_corpus(dirs["source"].as_uri()))
+    finally:
+        os.umask(old)
+    assert not stale.exists() and all_files(dirs["cache"]) == [path]
+    assert path.stat().st_mode & 0o777 == 0o644

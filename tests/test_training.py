@@ -696,3 +696,13 @@ def test_saved_files_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_temporary_files_of_a_killed_save_are_cleaned_up(tmp_path):
+    path = tmp_path / "run.pt"
+    old_tmp, young_tmp = tmp_path / ".run.pt.abc123.tmp", tmp_path / ".run.pt.def456.tmp"
+    old_tmp.write_bytes(b"half a checkpoint")
+    young_tmp.write_bytes(b"another writer's, in progress")
+    os.utime(old_tmp, (1, 1))                               # written long ago: its writer is gone
+    fit(make_model(), batches, lm_loss, TrainConfig(steps=1, warmup_steps=1, checkpoint_path=str(path)), progress=False)
+    assert not old_tmp.exists() and young_tmp.exists()

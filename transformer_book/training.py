@@ -488,6 +488,9 @@ def _save_atomic(obj: dict[str, Any], path: str) -> None:
     payload = buffer.getvalue()
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):  # left by a run killed mid-write
+        if time.time() - stale.stat().st_mtime > _STALE_AFTER_S:  # (a younger one may be another writer's)
+            stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -500,6 +503,7 @@ def _save_atomic(obj: dict[str, Any], path: str) -> None:
 
 
 _CHECKSUM, _PAYLOAD = "sha256", "payload"
+_STALE_AFTER_S = 3600
 
 
 def _umask() -> int:

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import IO, Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from transformer_book.data.registry import Corpus, RemoteFile, get_corpus
 
@@ -46,9 +46,17 @@ def data_dir() -> Path | None:
 
 
 def cache_dir() -> Path:
-    """The download cache, ``$TB_CACHE_DIR`` or ``~/.cache/transformer_book`` (not created here)."""
+    """The download cache, ``$TB_CACHE_DIR`` or ``~/.cache/transformer_book`` (not created here).
+
+    Raises:
+        DataError: ``$TB_CACHE_DIR`` names something that is not a folder (a file, say).
+    """
     value = os.environ.get(CACHE_DIR_ENV)
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "transformer_book"
+    path = Path(value).expanduser() if value else Path.home() / ".cache" / "transformer_book"
+    if path.exists() and not path.is_dir():
+        raise DataError(f"the cache {path} (from {CACHE_DIR_ENV if value else 'the default'}) exists but is not a "
+                        f"folder; point {CACHE_DIR_ENV} at a folder")
+    return path
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
@@ -104,14 +112,29 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
             )
 
     target = cache_dir() / entry.name / remote.name
+    # A verified copy needs no lock: files land under their final name only complete (a rename),
+    # so a read-only cache that holds them is usable.
+    if target.is_file() and sha256_of(target) == remote.sha256:
+        return target
     if not download and not target.is_file():
         raise DataUnavailableError(
             _unavailable_message(entry, remote, "downloading is disabled (download=False)")
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(target) + ".lock", timeout=_LOCK_TIMEOUT_SECONDS)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except Timeout:
+        raise DataUnavailableError(_unavailable_message(
+            entry, remote, f"another process has held {lock.lock_file} for {_LOCK_TIMEOUT_SECONDS // 60} minutes; "
+            "if none is downloading this file, delete the lock file")) from None
+    except OSError as err:
+        raise DataUnavailableError(_unavailable_message(
+            entry, remote, f"the cache folder {target.parent} is not writable ({err.strerror}); point "
+            f"{CACHE_DIR_ENV} at a writable folder")) from None
     # One process at a time checks, deletes or downloads this file: a second fetch of the same
-    # file waits here, then finds the first one's verified copy instead of downloading again.
-    with FileLock(str(target) + ".lock", timeout=_LOCK_TIMEOUT_SECONDS):
+    # file waits above, then finds the first one's verified copy instead of downloading again.
+    try:
         if target.is_file():
             if sha256_of(target) == remote.sha256:
                 return target
@@ -120,7 +143,11 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
             raise DataUnavailableError(
                 _unavailable_message(entry, remote, "downloading is disabled (download=False)")
             )
+        for stale in target.parent.glob(f".{remote.name}.*.part"):  # left by a killed download
+            stale.unlink(missing_ok=True)
         _download(entry, remote, target, progress)
+    finally:
+        lock.release()
     return target
 
 
@@ -183,6 +210,9 @@ def _download(corpus: Corpus, remote: RemoteFile, target: Path, progress: bool) 
                 )
             part.flush()
             os.fsync(part.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(part_path, 0o666 & ~mask)  # NamedTemporaryFile makes 0600; a cached corpus is a normal file
         os.replace(part_path, target)
     finally:
         part_path.unlink(missing_ok=True)  # already gone after a successful replace

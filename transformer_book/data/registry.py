@@ -23,6 +23,14 @@ class UnknownFileError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def _check_path_part(value: object, what: str) -> None:
+    """A corpus or file name becomes one folder or file name in the cache: refuse one that
+    would lead elsewhere (``../x``, ``a/b``, an absolute path) or name no file (``""``, ``.``)."""
+    if (not isinstance(value, str) or value in ("", ".", "..") or "/" in value or "\\" in value
+            or "\0" in value or value != value.strip()):
+        raise ValueError(f"{what} must be a plain file name (no '/', '\\', '..' or surrounding spaces), got {value!r}")
+
+
 @dataclass(frozen=True)
 class RemoteFile:
     """One downloadable file.
@@ -35,6 +43,9 @@ class RemoteFile:
     url: str
     sha256: str
     size: int | None
+
+    def __post_init__(self) -> None:
+        _check_path_part(self.name, "RemoteFile: name")
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,9 @@ class Corpus:
     attribution: str
     homepage: str
     files: tuple[RemoteFile, ...]
+
+    def __post_init__(self) -> None:
+        _check_path_part(self.name, "Corpus: name")
 
     @property
     def file_names(self) -> tuple[str, ...]:

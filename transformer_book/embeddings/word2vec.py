@@ -221,7 +221,10 @@ class Word2VecResult:
 def _step_scale(rows: torch.Tensor, vocab_size: int, cap: float, *more_rows: torch.Tensor) -> torch.Tensor:
     """``(|V|,)`` factors ``min(1, cap / m_w)``, with ``m_w`` the occurrences of word ``w`` in
     ``rows`` (and ``more_rows``): a word's summed update is at most ``cap`` ordinary steps."""
-    # Counted by index_add_ rather than bincount, which on a GPU waits for the device to learn
+    if rows.device.type == "cpu":  # one counting pass
+        occurrences = torch.bincount(torch.cat([rows, *more_rows]) if more_rows else rows, minlength=vocab_size)
+        return (cap / occurrences.clamp(min=1).float()).clamp(max=1.0)
+    # On a GPU counted by index_add_ rather than bincount, which waits for the device to learn
     # the largest id; whole numbers below 2**24 add exactly in float32, in any order.
     occurrences = torch.zeros(vocab_size, device=rows.device)
     for some in (rows, *more_rows):
@@ -398,11 +401,14 @@ def train_word2vec(
                     scale = _step_scale(inputs, vocab_size, cap)
                     w_in.index_add_(0, inputs, grad_v.mul_(scale[inputs].unsqueeze(1)), alpha=-lr)
                 else:
-                    rows_in = inputs.view(-1)  # every context word gets the gradient of h
-                    scale = _step_scale(rows_in, vocab_size + 1, cap)
-                    grad_in = (grad_v.unsqueeze(1) * scale[inputs].unsqueeze(2)).view(-1, d)
+                    # every context word gets the gradient of h; the padding slots of short windows
+                    # (about 40% of them with word2vec's reduced windows) get nothing
+                    real = inputs < vocab_size                                        # (n, 2L)
+                    rows_in = inputs[real]                                            # row-major: example by example
+                    example = torch.arange(n, device=device).repeat_interleave(real.sum(1))
+                    scale = _step_scale(rows_in, vocab_size, cap)
+                    grad_in = grad_v.index_select(0, example).mul_(scale[rows_in].unsqueeze(1))
                     w_in.index_add_(0, rows_in, grad_in, alpha=-lr)
-                    w_in[vocab_size].zero_()  # the padding row stays zero
                 done += n
                 bar.update(n)
                 if step % 50 == 0:

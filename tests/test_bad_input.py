@@ -32,6 +32,12 @@ def bert():
     return BERT(BERTConfig(20, max_len=8, d_model=8, n_heads=2, n_layers=1)).eval()
 
 
+def _subword():
+    from transformer_book.subword import SubwordTokenizer
+
+    return SubwordTokenizer.train([f"words and more words {i}" for i in range(200)], vocab_size=40)
+
+
 def translator():
     torch.manual_seed(0)
     return Transformer(TransformerConfig(20, 20, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1,
@@ -144,6 +150,10 @@ CASES = [
      r"temperature must be a finite non-negative number, got nan"),
     ("sampling: NaN logits", lambda: decoding.next_token_distribution(torch.tensor([[math.nan, 1.0, 2.0]]), top_p=0.9),
      r"logits hold NaN"),
+    ("Vocab: tokens alike but for their normalisation", lambda: text.Vocab(["caf\u00e9", "cafe\u0301"]),
+     r"differ only in their Unicode normalisation"),
+    ("SubwordTokenizer.encode: a lone surrogate", lambda: _subword().encode("bad \ud800 text"),
+     r"not valid Unicode \(surrogates not allowed at position 4"),
     ("corpus_bleu: a generator", lambda: metrics.corpus_bleu((s for s in ["a b c"]), ["a b c"]),
      r"hypotheses must be a sequence of strings \(a list\), one per sentence, got a generator"),
 ]

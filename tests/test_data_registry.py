@@ -373,3 +373,11 @@ def test_a_killed_download_leaves_no_part_file_for_ever_and_files_follow_the_uma
         os.umask(old)
     assert not stale.exists() and all_files(dirs["cache"]) == [path]
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_folder_where_the_cached_file_belongs_is_named(dirs: dict[str, Path]) -> None:
+    from transformer_book.data.download import DataError
+
+    (dirs["cache"] / "toy" / "words.txt").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"words\.txt is in the way.*remove it"):
+        fetch(make_corpus(dirs["source"].as_uri()))

@@ -57,6 +57,11 @@ def _check_ids(ids: Iterable[int], size: int, where: str, *, kinds: type | tuple
 def _check_text(text: object, where: str) -> str:
     if not isinstance(text, str):
         raise ValueError(f"{where}: expected a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate, say from a badly decoded file
+        raise ValueError(f"{where}: the text is not valid Unicode ({err.reason} at position {err.start}: "
+                         f"{text[err.start:err.end]!r})") from None
     return text
 
 

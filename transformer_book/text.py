@@ -62,6 +62,12 @@ class Vocab:
     def __init__(self, tokens: Sequence[str], counts: Sequence[int] | None = None) -> None:
         if len(set(tokens)) != len(tokens):
             raise ValueError("Vocab: tokens must be distinct")
+        normalised: dict[str, str] = {}
+        for token in tokens:  # "café" composed and decomposed look alike and would get two ids
+            twin = normalised.setdefault(unicodedata.normalize("NFC", token) if isinstance(token, str) else token, token)
+            if twin != token:
+                raise ValueError(f"Vocab: tokens {twin!r} and {token!r} differ only in their Unicode normalisation; "
+                                 "normalise them first (unicodedata.normalize('NFC', ...), as tokenize_words does)")
         if counts is not None and len(counts) != len(tokens):
             raise ValueError(f"Vocab: {len(counts)} counts for {len(tokens)} tokens")
         self.itos: list[str] = list(tokens)

@@ -112,6 +112,9 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
             )
 
     target = cache_dir() / entry.name / remote.name
+    if target.exists() and not target.is_file():
+        raise DataError(f"{target} is in the way: something that is not a file stands where the cached "
+                        f"{entry.name}/{remote.name} belongs; remove it")
     # A verified copy needs no lock: files land under their final name only complete (a rename),
     # so a read-only cache that holds them is usable.
     if target.is_file() and sha256_of(target) == remote.sha256:

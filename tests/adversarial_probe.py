@@ -1,0 +1,293 @@
+"""An adversarial probe of the public API: concurrency, half precision, Unicode, corrupt files.
+
+Not collected by pytest (every defect it found is a test now); run it to see where the package
+stands::
+
+    python tests/adversarial_probe.py
+
+Each case ends 'ok' (the right result), 'clear' (an error naming the problem), 'silent' (a wrong
+result), 'unhelpful' (an error that does not name the problem) or 'error?' (the probe itself
+failed); the last line counts them.
+"""
+import concurrent.futures as cf, io, os, tempfile, threading, unicodedata, pickle, zipfile, math, traceback
+import numpy as np, torch
+torch.set_num_threads(1)
+from transformer_book import attention, decoding, layers, masks, positional, text, training
+from transformer_book.models import GPT, GPTConfig, BERT, BERTConfig, Transformer, TransformerConfig
+from transformer_book.subword import SubwordTokenizer
+from transformer_book.wordpiece import WordPieceTokenizer
+
+results = []
+def case(group, name):
+    def wrap(fn):
+        try:
+            verdict, detail = fn()
+        except Exception as e:
+            verdict, detail = "error?", f"{type(e).__name__}: {str(e)[:150]}"
+        results.append((group, name, verdict, detail))
+        return fn
+    return wrap
+
+def err(fn, *words):
+    """'clear' when fn raises an error whose message holds every word, 'unhelpful' otherwise, 'silent' without error."""
+    try:
+        r = fn()
+    except Exception as e:
+        msg = str(e)
+        return ("clear" if all(w.lower() in msg.lower() for w in words) and not isinstance(e, (IndexError, AttributeError, KeyError, ZeroDivisionError)) or (isinstance(e, (ValueError, TypeError)) and all(w.lower() in msg.lower() for w in words)) else "unhelpful"), f"{type(e).__name__}: {msg[:140]}"
+    return "silent", f"returned {type(r).__name__}"
+
+def gpt(**kw):
+    torch.manual_seed(0); return GPT(GPTConfig(vocab_size=50, context=32, d_model=32, n_heads=4, n_layers=2, **kw)).eval()
+def translator():
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(50, 50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1, max_len=32)).eval()
+def bert():
+    torch.manual_seed(0); return BERT(BERTConfig(50, max_len=32, d_model=32, n_heads=4, n_layers=2)).eval()
+
+# ---------------- concurrency ----------------
+@case("concurrency", "one MultiHeadAttention shared by 8 threads (inference)")
+def _():
+    mha = attention.MultiHeadAttention(32, 4).eval()
+    xs = [torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(i)) for i in range(32)]
+    serial = [mha(x, x, x, need_weights=(i % 2 == 0))[0] for i, x in enumerate(xs)]
+    with cf.ThreadPoolExecutor(8) as pool:
+        par = list(pool.map(lambda ix: mha(ix[1], ix[1], ix[1], need_weights=(ix[0] % 2 == 0))[0], enumerate(xs)))
+    return ("ok" if all(torch.equal(a, b) for a, b in zip(serial, par)) else "silent"), ""
+
+@case("concurrency", "one GPT generating in 4 threads with its own caches")
+def _():
+    m = gpt()
+    prompts = [torch.randint(1, 50, (1, 5), generator=torch.Generator().manual_seed(i)) for i in range(8)]
+    serial = [decoding.generate(m, prompt=p, max_new_tokens=10) for p in prompts]
+    with cf.ThreadPoolExecutor(4) as pool:
+        par = list(pool.map(lambda p: decoding.generate(m, prompt=p, max_new_tokens=10), prompts))
+    return ("ok" if all(torch.equal(a, b) for a, b in zip(serial, par)) else "silent"), ""
+
+@case("concurrency", "one SubwordTokenizer encoding in 8 threads")
+def _():
+    tok = SubwordTokenizer.train([f"sentence number {i} with some words über café" for i in range(300)], vocab_size=60)
+    texts = [f"sentence {i} über alles" for i in range(200)]
+    serial = [tok.encode(t) for t in texts]
+    with cf.ThreadPoolExecutor(8) as pool:
+        par = list(pool.map(tok.encode, texts))
+    return ("ok" if serial == par else "silent"), ""
+
+@case("concurrency", "one WordPieceTokenizer encoding in 8 threads")
+def _():
+    tok = WordPieceTokenizer.train([f"sentence number {i} with some words" for i in range(300)], vocab_size=80, min_frequency=1)
+    texts = [f"sentence {i} words" for i in range(200)]
+    serial = [tok.encode(t) for t in texts]
+    with cf.ThreadPoolExecutor(8) as pool:
+        par = list(pool.map(tok.encode, texts))
+    return ("ok" if serial == par else "silent"), ""
+
+@case("concurrency", "two fit runs in two threads, separate checkpoints")
+def _():
+    d = tempfile.mkdtemp()
+    def run(i):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 10))
+        cfg = training.TrainConfig(steps=5, warmup_steps=1, checkpoint_path=os.path.join(d, f"r{i}.pt"))
+        batch = lambda s: (torch.randint(0, 10, (4, 3), generator=torch.Generator().manual_seed(s)),) * 2
+        loss = lambda m, b: (torch.nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten()), 12)
+        return training.fit(model, batch, loss, cfg, progress=False).train_loss
+    with cf.ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(run, [0, 1])
+    return ("ok" if a == b else "silent"), "same seed, same losses"
+
+@case("concurrency", "one fit path used by a second thread while the first runs")
+def _():
+    d = tempfile.mkdtemp(); path = os.path.join(d, "same.pt")
+    go, release = threading.Event(), threading.Event()
+    model = lambda: torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 10))
+    loss = lambda m, b: (torch.nn.functional.cross_entropy(m(b[0]).flatten(0, 1), b[1].flatten()), 12)
+    def slow(s):
+        go.set(); release.wait(10); return (torch.randint(0, 10, (4, 3)),) * 2
+    t = threading.Thread(target=lambda: training.fit(model(), slow, loss, training.TrainConfig(steps=2, warmup_steps=1, checkpoint_path=path), progress=False))
+    t.start(); go.wait(10)
+    try:
+        return err(lambda: training.fit(model(), slow, loss, training.TrainConfig(steps=2, warmup_steps=1, checkpoint_path=path), progress=False), "another run", "same.pt")
+    finally:
+        release.set(); t.join()
+
+# ---------------- half precision ----------------
+@case("half", "GPT .half() with a residual feature of 400: logits finite and not all equal")
+def _():
+    m = gpt()
+    with torch.no_grad():
+        m.positional.embedding.weight[:, 5] = 400.0   # a residual feature of 400 (the tied output weights untouched)
+    x = torch.randint(1, 50, (2, 8))
+    ref = m(x).double()
+    out = m.half()(x)
+    rel = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+    ok = bool(torch.isfinite(out).all()) and rel < 2e-3 and out.double().std() > 0
+    return ("ok" if ok else "silent"), f"max error relative to the largest logit {rel:.2g}"
+
+@case("half", "Transformer .half() greedy decoding equals float32's")
+def _():
+    m = translator(); src = torch.randint(4, 50, (2, 9), generator=torch.Generator().manual_seed(1))
+    a = decoding.greedy_decode(m, src, max_new_tokens=8)
+    b = decoding.greedy_decode(m.half(), src, max_new_tokens=8)
+    return ("ok" if torch.equal(a, b) else "silent"), ""
+
+@case("half", "BERT .half() forward close to float32")
+def _():
+    m = bert(); x = torch.randint(5, 50, (2, 10))
+    ref = m.encode(x) if hasattr(m, "encode") else m(x)
+    out = m.half().encode(x) if hasattr(m, "encode") else m.half()(x)
+    ref = ref[0] if isinstance(ref, tuple) else ref; out = out[0] if isinstance(out, tuple) else out
+    e = (out.double() - ref.double()).abs().max().item()
+    return ("ok" if math.isfinite(e) and e < 0.05 else "silent"), f"max err {e:.3g}"
+
+@case("half", "GPT under CPU bfloat16 autocast")
+def _():
+    m = gpt(); x = torch.randint(1, 50, (2, 8))
+    ref = m(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(x)
+    e = (out.float() - ref).abs().max().item()
+    return ("ok" if e < 0.2 else "silent"), f"max err {e:.3g}"
+
+@case("half", "label_smoothed_cross_entropy on float16 logits of 1e4")
+def _():
+    logits = torch.zeros(1, 2, 10, dtype=torch.float16); logits[..., 3] = 1e4
+    l = training.label_smoothed_cross_entropy(logits, torch.tensor([[3, 4]]), pad_id=0, smoothing=0.1)
+    ref = training.label_smoothed_cross_entropy(logits.float(), torch.tensor([[3, 4]]), pad_id=0, smoothing=0.1)
+    return ("ok" if torch.isfinite(l) and abs(l.item() - ref.item()) / ref.item() < 1e-2 else "silent"), f"{l.item()} vs {ref.item()}"
+
+@case("half", "sinusoidal encoding in float16 at position 30,000")
+def _():
+    enc = positional.sinusoidal_encoding(30_001, 64, dtype=torch.float16)
+    ref = positional.sinusoidal_encoding(30_001, 64, dtype=torch.float64)
+    e = (enc[-1].double() - ref[-1]).abs().max().item()
+    return ("ok" if e < 2e-3 else "silent"), f"max err at the last position {e:.3g}"
+
+@case("half", "rotary embedding in float16 at position 10,000")
+def _():
+    rope = positional.RotaryEmbedding(16)
+    q = torch.randn(1, 1, 1, 16)
+    pos = torch.tensor([10_000.0])
+    a = rope(q.half(), pos).double(); b = rope(q.double(), pos)
+    e = (a - b).abs().max().item()
+    return ("ok" if e < 1e-2 else "silent"), f"max err {e:.3g}"
+
+@case("half", "next_token_distribution with float16 logits and top-p")
+def _():
+    logits = torch.randn(2, 100).half() * 20
+    p = decoding.next_token_distribution(logits, temperature=0.7, top_p=0.9)
+    return ("ok" if torch.isfinite(p).all() and torch.allclose(p.sum(-1).float(), torch.ones(2), atol=1e-3) else "silent"), ""
+
+@case("half", "scaled_dot_product_attention float16 with a causal mask over 70,000 keys")
+def _():
+    q = torch.randn(1, 2, 8).half(); k = torch.randn(1, 70_000, 8).half(); v = torch.ones(1, 70_000, 3).half()
+    out, w = attention.scaled_dot_product_attention(q, k, v)
+    return ("ok" if torch.isfinite(out).all() and (out.float() - 1).abs().max() < 1e-2 else "silent"), f"{out.flatten()[:3].tolist()}"
+
+# ---------------- unicode ----------------
+@case("unicode", "tokenize_words: NFD café equals NFC café")
+def _():
+    return ("ok" if text.tokenize_words(unicodedata.normalize("NFD", "café au lait")) == text.tokenize_words("café au lait") else "silent"), ""
+
+@case("unicode", "tokenize_words: Devanagari word kept whole")
+def _():
+    w = text.tokenize_words("नमस्ते दुनिया")
+    return ("ok" if w == ["नमस्ते", "दुनिया"] else "silent"), str(w)
+
+@case("unicode", "tokenize_words: emoji with a ZWJ and skin tone is not split into pieces that lose letters")
+def _():
+    w = text.tokenize_words("hello 👩🏽‍💻 world")
+    return ("ok" if "hello" in w and "world" in w else "silent"), str(w)
+
+@case("unicode", "tokenize_words: Greek with tonos (Odyssey) one word each")
+def _():
+    w = text.tokenize_words("Ὀδυσσεύς ἄνδρα μοι ἔννεπε")
+    return ("ok" if len(w) == 4 else "silent"), str(w)
+
+@case("unicode", "SubwordTokenizer: round trip of NFD and emoji text")
+def _():
+    tok = SubwordTokenizer.train([f"der Bär isst {i} Äpfel und café" for i in range(300)], vocab_size=60)
+    s = unicodedata.normalize("NFD", "der Bär isst Äpfel")
+    back = tok.decode(tok.encode(s))
+    return ("ok" if unicodedata.normalize("NFC", back) == unicodedata.normalize("NFC", s) else "silent"), repr(back)
+
+@case("unicode", "WordPieceTokenizer: accents and CJK do not crash; unknowns become [UNK]")
+def _():
+    tok = WordPieceTokenizer.train([f"plain ascii words {i}" for i in range(300)], vocab_size=80, min_frequency=1)
+    ids = tok.encode("café 東京 😀")
+    return ("ok" if len(ids) > 0 else "silent"), str(tok.tokens("café 東京 😀"))
+
+@case("unicode", "Vocab: tokens differing only by normalisation")
+def _():
+    return err(lambda: text.Vocab(["café", unicodedata.normalize("NFD", "café")]), "normalisation")
+
+@case("unicode", "a lone surrogate in text to SubwordTokenizer.encode")
+def _():
+    tok = SubwordTokenizer.train([f"words {i}" for i in range(300)], vocab_size=40)
+    return err(lambda: tok.encode("bad \ud800 text"), "text")
+
+# ---------------- corrupt files ----------------
+def tmpfile(data: bytes) -> str:
+    fd, p = tempfile.mkstemp(suffix=".pt"); os.write(fd, data); os.close(fd); return p
+
+@case("corrupt", "load_model: an empty file")
+def _():
+    p = tmpfile(b""); return err(lambda: training.load_model(p), p)
+
+@case("corrupt", "load_model: a text file")
+def _():
+    p = tmpfile(b"hello world\n" * 100); return err(lambda: training.load_model(p), p)
+
+@case("corrupt", "load_model: a directory")
+def _():
+    p = tempfile.mkdtemp(); return err(lambda: training.load_model(p), p)
+
+@case("corrupt", "load_model: a pickle of an arbitrary class (weights_only refuses)")
+def _():
+    buf = io.BytesIO(); torch.save({"x": threading.Event}, buf)
+    p = tmpfile(buf.getvalue()); return err(lambda: training.load_model(p), p)
+
+@case("corrupt", "load_model: a zip with garbage members")
+def _():
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", b"garbage"); z.writestr("archive/version", b"3")
+    p = tmpfile(buf.getvalue()); return err(lambda: training.load_model(p), p)
+
+@case("corrupt", "load_model: a saved model whose config is a list")
+def _():
+    m = translator(); d = tempfile.mkdtemp(); path = training.save_model(os.path.join(d, "m.pt"), m)
+    state = training.read_checkpoint(path); state["config"] = [1, 2]
+    torch.save(state, path); return err(lambda: training.load_model(path), "m.pt")
+
+@case("corrupt", "load_model: a tokenizer of garbage bytes")
+def _():
+    m = translator(); d = tempfile.mkdtemp(); path = training.save_model(os.path.join(d, "m.pt"), m)
+    state = training.read_checkpoint(path); state["tokenizer"] = b"\x00garbage"; state["tokenizer_kind"] = "sentencepiece"
+    torch.save(state, path); return err(lambda: training.load_model(path), "m.pt")
+
+@case("corrupt", "SubwordTokenizer from garbage bytes")
+def _():
+    return err(lambda: SubwordTokenizer(b"\x00\x01garbage"), "model")
+
+@case("corrupt", "WordPieceTokenizer.from_str of garbage")
+def _():
+    return err(lambda: WordPieceTokenizer.from_str("{not json"), "tokenizer")
+
+@case("corrupt", "fetch with a directory where the cached file should be")
+def _():
+    from transformer_book.data import fetch, Corpus, RemoteFile
+    import hashlib
+    d = tempfile.mkdtemp(); src = os.path.join(d, "src.txt"); open(src, "wb").write(b"abc")
+    os.environ["TB_CACHE_DIR"] = os.path.join(d, "cache")
+    os.makedirs(os.path.join(d, "cache", "toy", "f.txt"))
+    c = Corpus("toy", "t", "CC0", "x", "", "https://e.org", (RemoteFile("f.txt", "file://" + src, hashlib.sha256(b"abc").hexdigest(), 3),))
+    try:
+        return err(lambda: fetch(c), "f.txt")
+    finally:
+        del os.environ["TB_CACHE_DIR"]
+
+for g, n, v, d in results:
+    print(f"{v:10} {g:12} {n}  | {d}")
+from collections import Counter
+print(Counter(v for _, _, v, _ in results), len(results))

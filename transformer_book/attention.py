@@ -58,10 +58,11 @@ def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -
     if mask is not None:
         _check_mask(mask, scores.shape, "softmax")
         x = x.masked_fill(mask, float("-inf"))
-    infinite = x == float("inf")  # where a slice holds +inf, the limit: those entries share the weight
-    limit = torch.zeros_like(x).masked_fill(~infinite, float("-inf"))
-    x = torch.where(infinite.any(dim=dim, keepdim=True), limit, x)
     shift = x.amax(dim=dim, keepdim=True)
+    if torch.isposinf(shift).any():  # the limit: a slice's +inf entries share its weight equally
+        limit = torch.zeros_like(x).masked_fill(~torch.isposinf(x), float("-inf"))
+        x = torch.where(torch.isposinf(shift), limit, x)
+        shift = x.amax(dim=dim, keepdim=True)
     # A fully masked slice has max -inf; shifting by 0 there keeps exp(-inf) = 0, not NaN.
     shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift)).detach()
     exp = torch.exp(x - shift)

@@ -574,7 +574,7 @@ def per_head_contributions(attention, x, mask=None):
 def test_a_removed_head_leaves_the_sum_of_the_other_heads(need_weights):
     attention = attention_module()
     x = torch.randn(2, 5, 12, dtype=torch.float64)
-    mask = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    mask = torch.ones(5, 5, dtype=torch.bool).triu(1)[None]     # (1, n, n): shared by the batch
     with torch.no_grad():
         parts, output = per_head_contributions(attention, x, mask)
         torch.testing.assert_close(parts.sum(dim=0) + attention.w_o.bias, output)   # the decomposition itself

@@ -205,9 +205,10 @@ _CPU_NOW = "a 2-core VM, torch 2.13.0+cpu, 2026-11-25 (benchmarks/README.md, 'Wh
 # The written-out LayerNorm was the cause of these rows' misses until the models ran F.layer_norm (issue 22).
 _NOISE = ("no systematic cost found since the models run the fused LayerNorm: paired runs of the same code land "
           "on both sides of 1, so a miss of a few per cent points to a disturbed run")
-_TWIN_EVIDENCE = (f"{_CPU_NOW}: translation throughput ratio book / twin over 11 interleaved rounds 1.037 and 1.002 "
-                  "in two runs (time ratios 0.96 and 1.00), 0.93 in a run of 5 rounds; before the fused LayerNorm, "
-                  "step time ratios 1.16 (translation), 1.09 (GPT, BERT)")
+_TWIN_EVIDENCE = (f"{_CPU_NOW}: throughput ratio book / twin, translation over 11 interleaved rounds 1.037 and "
+                  "1.002 in two runs (0.93 in a run of 5 rounds); BERT over 5 rounds of 5 steps 1.08, 0.97, 0.97 "
+                  "and 1.02 in four runs of the same code; before the fused LayerNorm, step time ratios 1.16 "
+                  "(translation), 1.09 (GPT, BERT)")
 REASONS: dict[str, dict[str, Reason]] = {
     "mha_fused": {"cpu": Reason(
         "no systematic cost found: the three Q/K/V projections cost what the packed one does, so a miss points to a "

@@ -70,7 +70,7 @@ def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: fl
 
 
 class LayerNorm(nn.Module):
-    r"""Layer normalisation over the last axis: :func:`layer_norm` with learned ``gamma`` and
+    r"""Layer normalisation over the last axis, :func:`layer_norm` with learned ``gamma`` and
     ``beta``.
 
     The module runs PyTorch's fused kernel ``F.layer_norm`` (one pass, statistics in float32);

@@ -542,8 +542,9 @@ def _load_checked(path: str | os.PathLike[str], where: str) -> dict[str, Any]:
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The dict that :func:`fit` (a checkpoint: ``step``, ``model``, ``optimizer``, ``config``,
-    ...) or :func:`save_model` wrote to ``path``, its checksum verified.
+    """The dict that :func:`fit` or :func:`save_model` wrote to ``path``, its checksum verified
+    (for a checkpoint of :func:`fit`, the keys ``step``, ``model``, ``optimizer``, ``config`` and
+    more).
 
     Raises:
         FileNotFoundError: no file at ``path``.

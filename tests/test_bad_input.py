@@ -154,6 +154,8 @@ CASES = [
      r"differ only in their Unicode normalisation"),
     ("SubwordTokenizer.encode: a lone surrogate", lambda: _subword().encode("bad \ud800 text"),
      r"not valid Unicode \(surrogates not allowed at position 4"),
+    ("top-p filter: NaN logits", lambda: decoding.filter_top_p(torch.tensor([[math.nan, 1.0, 2.0]]), 0.9),
+     r"filter_top_p: logits hold NaN"),
     ("corpus_bleu: a generator", lambda: metrics.corpus_bleu((s for s in ["a b c"]), ["a b c"]),
      r"hypotheses must be a sequence of strings \(a list\), one per sentence, got a generator"),
 ]

@@ -190,10 +190,12 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     and tokens tied in probability are kept or dropped together.
 
     Raises:
-        ValueError: ``p`` outside :math:`(0, 1]`.
+        ValueError: ``p`` outside :math:`(0, 1]`, or NaN logits.
     """
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
         raise ValueError(f"filter_top_p: p must lie in (0, 1], got {p!r}")
+    if torch.isnan(logits).any():
+        raise ValueError("filter_top_p: logits hold NaN")
     probs = torch.softmax(logits.float(), dim=-1)
     # mass strictly above each token: sum over u of P(u) [P(u) > P(v)], via the sorted cumulative sum
     sorted_probs, order = probs.sort(dim=-1, descending=True)

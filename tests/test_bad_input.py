@@ -156,6 +156,8 @@ CASES = [
      r"not valid Unicode \(surrogates not allowed at position 4"),
     ("top-p filter: NaN logits", lambda: decoding.filter_top_p(torch.tensor([[math.nan, 1.0, 2.0]]), 0.9),
      r"filter_top_p: logits hold NaN"),
+    ("language_model_loss: a target outside the vocabulary", lambda: training.language_model_loss()(
+        torch.nn.Linear(3, 5), (torch.randn(1, 2, 3), torch.tensor([[1, 7]]))), r"1 target id\(s\) lie outside \[0, 5\)"),
     ("corpus_bleu: a generator", lambda: metrics.corpus_bleu((s for s in ["a b c"]), ["a b c"]),
      r"hypotheses must be a sequence of strings \(a list\), one per sentence, got a generator"),
 ]

@@ -152,7 +152,8 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
     of :class:`~transformer_book.data.incontext.InContextBatches`), label-smoothed only
     in training mode, so that the validation loss is the plain cross-entropy (its exponential the
     perplexity). The count it returns is the number of positions scored; a batch with none
-    scores 0 (a mean over no positions, which cross-entropy's own mean makes NaN)."""
+    scores 0 (a mean over no positions, which cross-entropy's own mean makes NaN). A target id
+    outside the vocabulary raises a ``ValueError`` (on a GPU it would be a device-side assert)."""
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"language_model_loss: smoothing must lie in [0, 1), got {smoothing}")
 
@@ -160,7 +161,12 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
         x, y = batch
         logits = model(x)
         epsilon = smoothing if model.training else 0.0
-        scored = int((y != IGNORE_INDEX).sum())
+        kept = y != IGNORE_INDEX
+        outside = kept & ((y < 0) | (y >= logits.shape[-1]))
+        scored, bad = torch.stack([kept.sum(), outside.sum()]).tolist()  # one wait for the device, not two
+        if bad:
+            raise ValueError(f"language_model_loss: {bad} target id(s) lie outside [0, {logits.shape[-1]}) "
+                             f"(and are not IGNORE_INDEX {IGNORE_INDEX})")
         if scored == 0:  # cross-entropy's mean over no positions is 0 / 0
             return logits.float().sum() * 0.0, 0
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), label_smoothing=epsilon,

@@ -687,7 +687,9 @@ def fit(
 
     While it runs with a ``checkpoint_path``, ``fit`` holds a lock file beside it
     (``.<name>.lock``): a second run given the same path, in this process or another, is
-    refused at once rather than overwriting the first run's checkpoints.
+    refused at once rather than overwriting the first run's checkpoints. PyTorch's random
+    generators belong to the process, so two runs in threads of one process draw from the same
+    ones (dropout, say): run them in separate processes for each to repeat exactly.
 
     Raises:
         FloatingPointError: when a training loss is NaN or infinite (before the bad step is

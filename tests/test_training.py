@@ -649,7 +649,8 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_model_is_untouc
         assert _unchanged(model, before), what
         assert str(path) in str(info.value)
     # a well-formed file that misses a part, or holds the wrong kind of value
-    state = read_checkpoint(_write_good(path, good))
+    path.write_bytes(good)
+    state = read_checkpoint(path)
     for what, broken in [("no optimizer", {k: v for k, v in state.items() if k != "optimizer"}),
                          ("history a list", {**state, "history": []}),
                          ("optimizer of another shape", {**state, "optimizer": {"state": {}, "param_groups": []}})]:
@@ -659,11 +660,6 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_model_is_untouc
         with pytest.raises(ValueError, match=r"run\.pt"):
             fit(model, batches, lm_loss, config, progress=False, resume=True)
         assert _unchanged(model, before), what
-
-
-def _write_good(path, data):
-    path.write_bytes(data)
-    return path
 
 
 def test_a_flipped_byte_in_a_saved_model_is_found_by_its_checksum(tmp_path):
@@ -682,7 +678,8 @@ def test_a_flipped_byte_in_a_saved_model_is_found_by_its_checksum(tmp_path):
         found += 1
     assert found >= 3
     # a file written before checksums (the dict alone) still loads
-    torch.save(read_checkpoint(_write_good(path, good)), tmp_path / "old.pt")
+    path.write_bytes(good)
+    torch.save(read_checkpoint(path), tmp_path / "old.pt")
     old, _, _ = load_model(tmp_path / "old.pt")
     assert all(torch.equal(a, b) for a, b in zip(old.state_dict().values(), model.state_dict().values()))
 

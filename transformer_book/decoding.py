@@ -21,7 +21,6 @@ The functions here work with any model that has the encoder-decoder interface of
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from typing import Any
 

@@ -16,8 +16,6 @@ length and :math:`r` the references' length.
 
 from __future__ import annotations
 
-import collections.abc
-
 from collections.abc import Sequence
 
 __all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap", "distinct_n", "span_scores"]
@@ -25,7 +23,7 @@ __all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap", "
 
 def _check_pair(hypotheses: Sequence[str], references: Sequence[str], where: str) -> None:
     for name, texts in (("hypotheses", hypotheses), ("references", references)):
-        if not isinstance(texts, collections.abc.Sequence) or isinstance(texts, str):
+        if not isinstance(texts, Sequence) or isinstance(texts, str):
             raise ValueError(f"{where}: {name} must be a sequence of strings (a list), one per sentence, "
                              f"got a {type(texts).__name__}")
         if not all(isinstance(t, str) for t in texts):

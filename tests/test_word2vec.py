@@ -16,6 +16,7 @@ import torch
 from transformer_book.embeddings.contexts import (
     cbow_windows,
     encode_corpus,
+    flat_cbow_windows,
     keep_probabilities,
     skipgram_pairs,
     window_pairs,
@@ -174,6 +175,79 @@ def test_cbow_windows_hold_the_same_contexts_as_skipgram_pairs(kind):
     np.testing.assert_array_equal(ctx[0], [-1, -1, 1, 2])
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("reduced", [False, True])
+@pytest.mark.parametrize("kind", sorted(GENERATORS))
+def test_flat_cbow_windows_are_the_padded_windows_without_their_padding(kind, reduced, shuffle):
+    """The same draws as cbow_windows (subsampling, window sizes), then the permutation drawn
+    after them; each window's words in the padded row's order, -1 slots left out."""
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(12)]
+    sentences = [list(rng.choice(words, size=rng.integers(1, 15))) for _ in range(60)]
+    vocab = _vocab(sentences)
+    corpus = encode_corpus(sentences, vocab)
+    keep = keep_probabilities(np.asarray(vocab.counts), 0.05)
+    flat = flat_cbow_windows(corpus, 3, GENERATORS[kind](7), keep=keep, reduced=reduced, shuffle=shuffle)
+    generator = GENERATORS[kind](7)
+    centres, contexts = map(_np, cbow_windows(corpus, 3, generator, keep=keep, reduced=reduced))
+    if shuffle:
+        order = (torch.randperm(len(centres), generator=generator).numpy() if kind == "torch"
+                 else generator.permutation(len(centres)))
+        assert not np.array_equal(order, np.arange(len(order)))
+        centres, contexts = centres[order], contexts[order]
+    assert len(flat) == len(centres) > 100
+    np.testing.assert_array_equal(flat.centres.numpy(), centres)
+    starts = flat.starts.numpy()
+    np.testing.assert_array_equal(starts, flat.starts_host)
+    for i in range(len(centres)):
+        np.testing.assert_array_equal(flat.ids[starts[i]:starts[i + 1]].numpy(), contexts[i][contexts[i] >= 0])
+        assert (flat.window[starts[i]:starts[i + 1]] == i).all()
+    assert starts[-1] == len(flat.ids) == (contexts >= 0).sum()
+    # a batch: its centres, its words, offsets into them, windows counted from its start
+    centre, ids, offsets, window = flat.batch(10, 20)
+    np.testing.assert_array_equal(centre.numpy(), centres[10:20])
+    np.testing.assert_array_equal(ids.numpy(), contexts[10:20][contexts[10:20] >= 0])
+    np.testing.assert_array_equal(offsets.numpy(), starts[10:20] - starts[10])
+    np.testing.assert_array_equal(window.numpy(), np.repeat(np.arange(10), np.diff(starts[10:21])))
+
+
+def test_flat_cbow_windows_skip_sentences_of_one_word():
+    corpus = encode_corpus([["a"], ["b", "c"], ["d"]], Vocab(list("abcd"), [1] * 4))
+    flat = flat_cbow_windows(corpus, 2, np.random.default_rng(0), reduced=False)
+    np.testing.assert_array_equal(flat.centres.numpy(), [1, 2])
+    np.testing.assert_array_equal(flat.ids.numpy(), [2, 1])
+    empty = flat_cbow_windows(encode_corpus([["a"], ["b"]], Vocab(list("ab"), [1, 1])), 2, np.random.default_rng(0))
+    assert len(empty) == 0 and len(empty.ids) == 0
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        flat_cbow_windows(corpus, 0, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("cap", [1000.0, 2.0])
+def test_cbow_input_updates_summed_per_word_equal_a_loop(cap):
+    """Every context word receives the gradient of its window's mean, each occurrence once (a
+    word twice in one window twice), the sum scaled by min(1, cap / occurrences): by the sparse
+    product (CPU) and by copying to every slot (GPU), both against a loop."""
+    generator = torch.Generator().manual_seed(0)
+    vocab_size, batch, d = 30, 12, 4
+    lengths = torch.randint(1, 7, (batch,), generator=generator)
+    window = torch.arange(batch).repeat_interleave(lengths)
+    rows = torch.randint(0, 8, (len(window),), generator=generator)  # a few words, often repeated
+    rows[:2] = 3                                                     # word 3 twice in window 0
+    grad_h = torch.randn(batch, d, generator=generator, dtype=torch.float64)
+    expected = torch.zeros(vocab_size, d, dtype=torch.float64)
+    for w in rows.unique().tolist():
+        slots = [j for j in range(len(rows)) if rows[j] == w]
+        expected[w] = min(1.0, cap / len(slots)) * sum(grad_h[window[j]] for j in slots)
+    words, update = word2vec_module._summed_context_gradients(rows, window, grad_h, cap)
+    assert torch.equal(words, rows.unique())
+    torch.testing.assert_close(torch.zeros_like(expected).index_add_(0, words, update), expected)
+    copied = word2vec_module._copied_context_gradients(rows, window, grad_h, vocab_size, cap)
+    assert copied.shape == (len(rows), d)
+    torch.testing.assert_close(torch.zeros_like(expected).index_add_(0, rows, copied), expected)
+    if cap < 1000:
+        assert not torch.allclose(expected, torch.zeros_like(expected).index_add_(0, rows, grad_h[window]))
+
+
 @pytest.mark.parametrize("weighting,weight", [("harmonic", lambda d, L: 1 / d), ("linear", lambda d, L: (L - d + 1) / L)])
 def test_weighted_cooccurrence_equals_a_loop(weighting, weight):
     rng = np.random.default_rng(0)
@@ -278,23 +352,35 @@ def test_word2vec_learns_which_words_share_contexts(architecture, examples_on_de
 
 @pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
 def test_epoch_examples_on_the_device_are_the_built_examples_shuffled(architecture):
-    """The on-device path returns exactly what the pair builder draws with the same generator
-    state, in a shuffled order, as tensors; the NumPy path stays what the chapters ran."""
+    """The on-device path returns exactly what the example builder draws with the same generator
+    state, in a shuffled order, as tensors; the NumPy path stays what the chapters ran (CBOW's
+    windows come flat, without the padding of cbow_windows's rows)."""
     sentences, _ = _topic_corpus(60)
     vocab = _vocab(sentences)
     corpus = encode_corpus(sentences, vocab)
     config = Word2VecConfig(architecture=architecture, window=3)
     make = skipgram_pairs if architecture == "skipgram" else cbow_windows
     keep = keep_probabilities(np.asarray(vocab.counts), 0.05)
-    built = make(corpus, 3, torch.Generator().manual_seed(4), keep=keep)
-    centres, contexts = word2vec_module._epoch_examples(make, corpus, config, keep, np.random.default_rng(0),
-                                                        torch.Generator().manual_seed(4), True)
-    assert isinstance(centres, torch.Tensor) and len(centres) == len(built[0])
-    rows = lambda c, x: Counter(zip(c.tolist(), [tuple(r) if isinstance(r, list) else r for r in x.tolist()]))
-    assert rows(centres, contexts) == rows(*built)
-    assert not torch.equal(centres, built[0])                      # shuffled
-    numpy_centres, _ = word2vec_module._epoch_examples(make, corpus, config, keep, np.random.default_rng(0),
-                                                       torch.Generator().manual_seed(4), False)
+
+    def examples(drawn):
+        """(centres, each example's context as an int or a tuple of ids)"""
+        if architecture == "skipgram":
+            return drawn[0], drawn[1].tolist()
+        starts = drawn.starts.tolist()
+        return drawn.centres, [tuple(drawn.ids[a:b].tolist()) for a, b in zip(starts, starts[1:])]
+
+    built_centres, built_contexts = map(torch.as_tensor, make(corpus, 3, torch.Generator().manual_seed(4), keep=keep))
+    if architecture == "cbow":
+        built_contexts = [tuple(x for x in row if x >= 0) for row in built_contexts.tolist()]
+    else:
+        built_contexts = built_contexts.tolist()
+    centres, contexts = examples(word2vec_module._epoch_examples(corpus, config, keep, np.random.default_rng(0),
+                                                                 torch.Generator().manual_seed(4), True))
+    assert isinstance(centres, torch.Tensor) and len(centres) == len(built_centres)
+    assert Counter(zip(centres.tolist(), contexts)) == Counter(zip(built_centres.tolist(), built_contexts))
+    assert not torch.equal(centres, built_centres)                      # shuffled
+    numpy_centres, _ = examples(word2vec_module._epoch_examples(corpus, config, keep, np.random.default_rng(0),
+                                                                torch.Generator().manual_seed(4), False))
     rng = np.random.default_rng(0)
     expected, _ = make(corpus, 3, rng, keep=keep)
     assert torch.equal(numpy_centres, torch.as_tensor(expected)[torch.as_tensor(rng.permutation(len(expected)))])

@@ -7,8 +7,10 @@ Chapters 10 and 11 derive these; chapter 1 borrows them to give attention real w
 from transformer_book.embeddings import evaluation, glove
 from transformer_book.embeddings.contexts import (
     EncodedCorpus,
+    FlatWindows,
     cbow_windows,
     encode_corpus,
+    flat_cbow_windows,
     keep_probabilities,
     skipgram_pairs,
     window_pairs,
@@ -32,6 +34,7 @@ __all__ = [
     "AliasSampler",
     "CONTEXT_WEIGHTINGS",
     "EncodedCorpus",
+    "FlatWindows",
     "Word2VecConfig",
     "Word2VecResult",
     "cbow_windows",
@@ -39,6 +42,7 @@ __all__ = [
     "cosine_similarity_matrix",
     "encode_corpus",
     "evaluation",
+    "flat_cbow_windows",
     "glove",
     "keep_probabilities",
     "nearest_neighbours",

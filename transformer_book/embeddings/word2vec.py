@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.std import tqdm
 
-from transformer_book.embeddings.contexts import EncodedCorpus, cbow_windows, keep_probabilities, skipgram_pairs
+from transformer_book.embeddings.contexts import (
+    EncodedCorpus,
+    FlatWindows,
+    flat_cbow_windows,
+    keep_probabilities,
+    skipgram_pairs,
+)
 
 __all__ = [
     "AliasSampler",
@@ -232,6 +239,57 @@ def _step_scale(rows: torch.Tensor, vocab_size: int, cap: float, *more_rows: tor
     return (cap / occurrences.clamp(min=1)).clamp(max=1.0)
 
 
+def _summed_context_gradients(rows: torch.Tensor, window: torch.Tensor, grad_h: torch.Tensor,
+                              cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """CBOW's update of the input vectors, summed per word: for each distinct word ``w`` of
+    ``rows``,
+
+    .. math:: \\Delta_w = \\min\\Bigl(1, \\frac{\\text{cap}}{m_w}\\Bigr) \\sum_{j:\\, \\text{rows}_j = w}
+        \\frac{\\partial \\ell}{\\partial h_{\\text{window}_j}}
+
+    with ``m_w`` the occurrences of ``w``: every context word receives the gradient of its
+    window's mean ``h`` (word2vec), capped as in :func:`_step_scale`.
+
+    Computed as one sparse product ``A @ grad_h`` with ``A[w, i]`` the count of ``w`` in window
+    ``i``, instead of copying ``grad_h`` out to every context slot (``T`` rows of ``d``) and
+    scattering it back: on a CPU the copy costs more than the arithmetic.
+
+    Args:
+        rows: ``(T,)`` int64 word ids of the batch's context slots.
+        window: ``(T,)`` int64 the window (row of ``grad_h``) of each slot.
+        grad_h: ``(B, d)`` the gradient of each window's mean.
+        cap: ``row_step_cap``.
+
+    Returns:
+        The distinct words ``(U,)`` and their updates ``(U, d)``.
+    """
+    batch = grad_h.shape[0]
+    key = rows * batch + window  # (word, window) as one number, sorted word by word
+    if len(rows) and int(rows.max()) < (2**31 - 1) // batch:  # int32 sorts about twice as fast
+        key = key.int()
+    pairs, multiplicity = torch.unique(key, sorted=True, return_counts=True)
+    pairs = pairs.long()
+    word = torch.div(pairs, batch, rounding_mode="floor")
+    words, entries = torch.unique_consecutive(word, return_counts=True)
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": said once per process
+        warnings.simplefilter("ignore", UserWarning)
+        counts = torch.sparse_csr_tensor(F.pad(entries.cumsum(0), (1, 0)), pairs - word * batch,
+                                         multiplicity.to(grad_h.dtype), size=(len(words), batch),
+                                         check_invariants=False)
+    occurrences = torch.bincount(rows)[words].to(grad_h.dtype)
+    return words, (counts @ grad_h).mul_((cap / occurrences).clamp_(max=1.0).unsqueeze(1))
+
+
+
+def _copied_context_gradients(rows: torch.Tensor, window: torch.Tensor, grad_h: torch.Tensor, vocab_size: int,
+                              cap: float) -> torch.Tensor:
+    """The same update as :func:`_summed_context_gradients`, one row ``(T, d)`` per context
+    slot, for ``index_add_`` to sum: the way for a GPU, where the sort and the sparse product
+    would wait for the device."""
+    scale = _step_scale(rows, vocab_size, cap)
+    return grad_h.index_select(0, window).mul_(scale[rows].unsqueeze(1))
+
+
 class AliasSampler:
     """Draws ids from a fixed discrete distribution in O(1) each (Walker's alias method).
 
@@ -266,17 +324,27 @@ class AliasSampler:
         return torch.where(coin < self.prob[slot], slot, self.alias[slot])
 
 
-def _epoch_examples(make_examples, corpus: EncodedCorpus, config: Word2VecConfig, keep: np.ndarray | None,  # noqa: ANN001
+def _epoch_examples(corpus: EncodedCorpus, config: Word2VecConfig, keep: np.ndarray | None,
                     rng: np.random.Generator, generator: torch.Generator,
-                    on_device: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """One epoch's examples, shuffled, on ``generator``'s device: drawn there with ``generator``
-    when ``on_device`` (no copy of the epoch's examples), else drawn by NumPy's ``rng`` on the CPU
-    and copied over once (one copy per epoch, not one per batch)."""
+                    on_device: bool) -> tuple[torch.Tensor, torch.Tensor] | FlatWindows:
+    """One epoch's examples, shuffled, on ``generator``'s device: skip-gram's ``(centres,
+    contexts)`` pairs, or CBOW's :class:`~transformer_book.embeddings.contexts.FlatWindows`.
+    Drawn there with ``generator`` when ``on_device`` (no copy of the epoch's examples), else
+    drawn by NumPy's ``rng`` on the CPU and copied over once (one copy per epoch, not one per
+    batch)."""
     source = generator if on_device else rng
-    centres, contexts = make_examples(corpus, config.window, source, keep=keep, reduced=config.reduced_window)
-    if len(centres) == 0:
-        raise ValueError("train_word2vec: the corpus yields no training example (are all sentences one word long?)")
     device = generator.device
+    if config.architecture == "cbow":
+        windows = flat_cbow_windows(corpus, config.window, source, keep=keep, reduced=config.reduced_window,
+                                    shuffle=True)
+        examples = len(windows)
+    else:
+        centres, contexts = skipgram_pairs(corpus, config.window, source, keep=keep, reduced=config.reduced_window)
+        examples = len(centres)
+    if examples == 0:
+        raise ValueError("train_word2vec: the corpus yields no training example (are all sentences one word long?)")
+    if config.architecture == "cbow":
+        return windows.to(device)
     if on_device:
         order = torch.randperm(len(centres), generator=generator, device=device)
     else:
@@ -334,14 +402,12 @@ def train_word2vec(
 
     d, k, cap, share = config.dim, config.negatives, config.row_step_cap, config.shared_negatives
     init = (rng.random((vocab_size, d), dtype=np.float32) - 0.5) / d
-    # one extra zero row at index |V| stands for the padding of CBOW's short windows
-    w_in = torch.cat([torch.as_tensor(init), torch.zeros(1, d)]).to(device)
+    w_in = torch.as_tensor(init).to(device)
     w_out = torch.zeros(vocab_size, d, device=device)
 
     # The number of examples is known only epoch by epoch; the learning rate decays over an
     # estimate made from the first epoch, as word2vec decays over words read.
     lr0, lr_min = config.initial_lr, config.initial_lr * config.min_lr_ratio
-    make_examples = skipgram_pairs if config.architecture == "skipgram" else cbow_windows
     result = Word2VecResult(w_in=np.empty(0), w_out=np.empty(0))
     # Tiny sigmoid gradients would slow the CPU down as denormal floats; flushed to zero while
     # training, and back to PyTorch's default after.
@@ -355,28 +421,32 @@ def train_word2vec(
         # by NumPy, as the chapters' stored results were made.
         on_device = device.type == "cuda"
         for epoch in range(config.epochs):
-            centres, contexts = _epoch_examples(make_examples, corpus, config, keep, rng, generator, on_device)
+            drawn = _epoch_examples(corpus, config, keep, rng, generator, on_device)
+            if config.architecture == "skipgram":
+                centres, contexts = drawn
+                examples = len(centres)
+            else:
+                windows = drawn
+                examples = len(windows)
             if planned is None:
-                planned = len(centres) * config.epochs
+                planned = examples * config.epochs
                 bar = tqdm(total=planned, disable=not progress, desc=config.architecture, unit="ex",
                            unit_scale=True, dynamic_ncols=True)
             # The loss is summed where it is computed (float32 per batch, added in float64) and read
             # every step on the CPU, every 50 steps on a GPU, whose work then runs ahead unhindered.
             loss_sum, n_predicted = torch.zeros((), dtype=torch.float64, device=device), 0
             checked = 0.0
-            last_step = -(-len(centres) // config.batch_size) - 1
-            for step, begin in enumerate(range(0, len(centres), config.batch_size)):
+            last_step = -(-examples // config.batch_size) - 1
+            for step, begin in enumerate(range(0, examples, config.batch_size)):
                 lr = max(lr_min, lr0 * (1.0 - done / planned))
-                centre = centres[begin:begin + config.batch_size]
-                context = contexts[begin:begin + config.batch_size]
-                n = len(centre)
+                end = min(begin + config.batch_size, examples)
+                n = end - begin
                 if config.architecture == "skipgram":
-                    inputs, target = centre, context  # v_w of the centre predicts u_c of the context
+                    inputs, target = centres[begin:end], contexts[begin:end]  # v_w of the centre predicts u_c
                     v = w_in.index_select(0, inputs)
-                else:
-                    inputs, target = context, centre  # the mean of the context predicts the centre
-                    inputs = torch.where(inputs >= 0, inputs, vocab_size)  # padding -> the zero row
-                    v = F.embedding_bag(inputs, w_in, mode="mean", padding_idx=vocab_size)
+                else:  # the mean of the context's input vectors predicts the centre
+                    target, inputs, offsets, window = windows.batch(begin, end)
+                    v = F.embedding_bag(inputs, w_in, offsets, mode="mean")
                 u_pos = w_out.index_select(0, target)
                 groups = -(-n // share)
                 if groups * share != n:  # the last batch: pad with zero vectors, which add no gradient
@@ -400,15 +470,12 @@ def train_word2vec(
                 if config.architecture == "skipgram":
                     scale = _step_scale(inputs, vocab_size, cap)
                     w_in.index_add_(0, inputs, grad_v.mul_(scale[inputs].unsqueeze(1)), alpha=-lr)
-                else:
-                    # every context word gets the gradient of h; the padding slots of short windows
-                    # (about 40% of them with word2vec's reduced windows) get nothing
-                    real = inputs < vocab_size                                        # (n, 2L)
-                    rows_in = inputs[real]                                            # row-major: example by example
-                    example = torch.arange(n, device=device).repeat_interleave(real.sum(1))
-                    scale = _step_scale(rows_in, vocab_size, cap)
-                    grad_in = grad_v.index_select(0, example).mul_(scale[rows_in].unsqueeze(1))
-                    w_in.index_add_(0, rows_in, grad_in, alpha=-lr)
+                elif device.type == "cpu":  # every context word gets the gradient of h, summed per word
+                    words, update = _summed_context_gradients(inputs, window, grad_v, cap)
+                    w_in.index_add_(0, words, update, alpha=-lr)
+                else:  # on a GPU copied out to every context slot, with no wait for the device
+                    w_in.index_add_(0, inputs, _copied_context_gradients(inputs, window, grad_v, vocab_size, cap),
+                                    alpha=-lr)
                 done += n
                 bar.update(n)
                 if step % 50 == 0:
@@ -423,6 +490,6 @@ def train_word2vec(
             bar.close()
     result.seconds = time.perf_counter() - start
     result.words_per_second = corpus.n_tokens * config.epochs / result.seconds
-    result.w_in = w_in[:vocab_size].cpu().numpy()
+    result.w_in = w_in.cpu().numpy()
     result.w_out = w_out.cpu().numpy()
     return result

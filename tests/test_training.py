@@ -1,10 +1,14 @@
 """Tests of transformer_book.training: the loss, the schedules and the resumable fit loop."""
 
+import io
 import math
 import os
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -421,20 +425,78 @@ def test_save_and_load_bert_with_its_wordpiece_tokenizer(tmp_path):
 
 
 def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_intact(tmp_path, monkeypatch):
-    from transformer_book import training
+    from transformer_book import checkpoints
 
     path = tmp_path / "run.pt"
-    training._save_atomic({"step": 1}, str(path))
+    checkpoints.write_checkpoint({"step": 1}, path)
     before = path.read_bytes()
+    real_save = torch.save
 
     def crash(obj, handle):
+        if isinstance(handle, io.BytesIO):  # the payload is serialised first, in memory
+            return real_save(obj, handle)
         handle.write(b"half a checkpoint")
         raise KeyboardInterrupt  # the process is stopped mid-write
 
-    monkeypatch.setattr(training.torch, "save", crash)
+    monkeypatch.setattr(checkpoints.torch, "save", crash)
     with pytest.raises(KeyboardInterrupt):
-        training._save_atomic({"step": 2}, str(path))
+        checkpoints.write_checkpoint({"step": 2}, path)
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["run.pt"]
+    assert checkpoints.read_checkpoint(path) == {"step": 1}
+
+
+def test_every_model_the_book_trains_saves_and_loads(tmp_path):
+    """The registry covers GPT and the ELMo BiLM too (chapters 9 and 12), and training imports
+    no model: checkpoints name their modules and import them only when a file asks."""
+    import ast
+
+    import transformer_book.training
+    from transformer_book import checkpoints
+    from transformer_book.models import GPT, GPTConfig
+    from transformer_book.models.elmo import BiLM, BiLMConfig
+
+    torch.manual_seed(0)
+    for model, tokens in ((GPT(GPTConfig(vocab_size=30, context=8, d_model=16, n_heads=2, n_layers=1)), torch.tensor([[1, 2, 3]])),
+                          (BiLM(BiLMConfig(vocab_size=30, d_embed=8, d_hidden=8, n_layers=1, cutoffs=())), torch.tensor([[1, 2, 3, 4]]))):
+        model.eval()
+        path = checkpoints.save_model(tmp_path / f"{type(model).__name__}.pt", model, metadata={"steps": 3})
+        loaded, tokenizer, metadata = checkpoints.load_model(path)
+        assert type(loaded) is type(model) and loaded.config == model.config and tokenizer is None
+        assert metadata == {"steps": 3}
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(loaded.state_dict()[name], value, rtol=0, atol=0)
+    source = ast.parse(Path(transformer_book.training.__file__).read_text())
+    imported = {node.module for node in ast.walk(source) if isinstance(node, ast.ImportFrom)}
+    assert not {m for m in imported if m and (m.startswith("transformer_book.models") or m in (
+        "transformer_book.subword", "transformer_book.wordpiece"))}
+
+
+@dataclass
+class TinyConfig:
+    """A config of one's own, for the registry test."""
+
+    width: int = 3
+
+
+class Tiny(nn.Module):
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.config, self.linear = config, nn.Linear(config.width, 1)
+
+
+def test_register_model_lets_a_class_of_ones_own_be_saved(tmp_path, monkeypatch):
+    from transformer_book import checkpoints
+
+    monkeypatch.setattr(checkpoints, "SAVABLE_MODELS", dict(checkpoints.SAVABLE_MODELS))  # restored afterwards
+    with pytest.raises(ValueError, match="can save"):
+        checkpoints.save_model(tmp_path / "t.pt", Tiny(TinyConfig()))
+    checkpoints.register_model(Tiny, TinyConfig)
+    loaded, _, _ = checkpoints.load_model(checkpoints.save_model(tmp_path / "t.pt", Tiny(TinyConfig(width=5))))
+    assert type(loaded) is Tiny and loaded.config == TinyConfig(width=5)
+    with pytest.raises(ValueError, match="dataclass"):
+        checkpoints.register_model(Tiny, dict)
+    with pytest.raises(ValueError, match="nn.Module"):
+        checkpoints.register_model(TinyConfig, TinyConfig)
 
 
 def test_resuming_from_a_checkpoint_of_another_format_version_fails_clearly(tmp_path):

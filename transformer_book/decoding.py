@@ -11,11 +11,16 @@ length limit. A batch decodes all its sentences together: each sentence stops at
 EOS and is padded with PAD from then on, and the loop ends when every sentence has stopped.
 
 The functions here work with any model that has the encoder-decoder interface of
-:class:`~transformer_book.models.transformer.Transformer` and :class:`~transformer_book.models.rnn.RNNSeq2Seq`:
+:class:`~transformer_book.models.transformer.Transformer` and :class:`~transformer_book.models.rnn.RNNSeq2Seq`
+(:class:`~transformer_book.contracts.EncoderDecoder`):
 
 * ``model.encode(src) -> (memory, src_mask)``
 * ``model.decode(tgt_in, memory, src_mask) -> states (B, n, d)``
+* ``model.decode_step(new_tokens, memory, src_mask, cache) -> (states, cache)``
 * ``model.output(states) -> logits (..., V)``
+
+Sampling (:func:`generate`) and beam search also drive a decoder-only language model such as
+chapter 9's GPT (:class:`~transformer_book.contracts.LanguageModel`), given a prompt.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_book.data.batching import pad_sequences
+from transformer_book.contracts import CachedLanguageModel, EncoderDecoder, LanguageModel, pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = ["greedy_decode", "translate", "filter_top_k", "filter_top_p", "next_token_distribution", "generate",
@@ -260,7 +265,12 @@ class _Session:
     def __init__(self, model: nn.Module, *, src: torch.Tensor | None, prompt: torch.Tensor | None,
                  sos_id: int, use_cache: bool) -> None:
         self.model, self.use_cache = model, use_cache
-        self.seq2seq = hasattr(model, "encode")
+        self.seq2seq = isinstance(model, EncoderDecoder)
+        if not self.seq2seq and not isinstance(model, CachedLanguageModel if use_cache else LanguageModel):
+            raise TypeError(f"decoding: {type(model).__name__} is neither an encoder-decoder (encode, decode, "
+                            "decode_step, output) nor a language model (callable on ids"
+                            f"{', with decode_step for use_cache=True' if use_cache else ''}); see "
+                            "transformer_book.contracts")
         if self.seq2seq:
             if src is None or prompt is not None:
                 raise ValueError("decoding: an encoder-decoder model needs src (and no prompt)")

@@ -16,8 +16,8 @@ from math import comb
 import torch
 import torch.nn.functional as F
 
-from transformer_book.data.incontext import InContextBatch, InContextTask
-from transformer_book.data.pretraining import IGNORE_INDEX
+from transformer_book.contracts import IGNORE_INDEX, InContextBatch
+from transformer_book.data.incontext import InContextTask
 from transformer_book.models.gpt import GPT
 
 __all__ = ["accuracy_by_demonstrations", "loss_by_demonstrations", "label_attention", "previous_item_attention",

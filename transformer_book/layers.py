@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_book import checks
 from transformer_book.attention import KVCache, MultiHeadAttention
 
 __all__ = ["layer_norm", "LayerNorm", "PositionwiseFeedForward", "EncoderLayer", "DecoderLayer"]
@@ -30,17 +31,6 @@ _ACTIVATIONS = {
     # GPT-2's "gelu_new": the tanh approximation of GELU, needed to reproduce its checkpoints exactly
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
-
-
-def _check_positive_int(owner: str, **values: int) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
-
-
-def _check_probability(owner: str, dropout: float) -> None:
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"{owner}: dropout must lie in [0, 1), got {dropout}")
 
 
 def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -89,7 +79,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5, *, fused: bool = True) -> None:
         super().__init__()
-        _check_positive_int("LayerNorm", d_model=d_model)
+        checks.positive_int("LayerNorm", d_model=d_model)
         if not eps > 0:
             raise ValueError(f"LayerNorm: eps must be positive, got {eps}")
         self.d_model, self.eps, self.fused = d_model, eps, bool(fused)
@@ -123,8 +113,8 @@ class PositionwiseFeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
-        _check_positive_int("PositionwiseFeedForward", d_model=d_model, d_ff=d_ff)
-        _check_probability("PositionwiseFeedForward", dropout)
+        checks.positive_int("PositionwiseFeedForward", d_model=d_model, d_ff=d_ff)
+        checks.probability("PositionwiseFeedForward", "dropout", dropout)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"PositionwiseFeedForward: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
@@ -180,7 +170,7 @@ class EncoderLayer(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        _check_probability("EncoderLayer", dropout)
+        checks.probability("EncoderLayer", "dropout", dropout)
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
@@ -242,7 +232,7 @@ class DecoderLayer(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        _check_probability("DecoderLayer", dropout)
+        checks.probability("DecoderLayer", "dropout", dropout)
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)

@@ -37,7 +37,6 @@ import math
 import numbers
 import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from typing import Any
 import torch
 
 from transformer_book import runtime
+from transformer_book.atomic import atomic_writer
 
 __all__ = ["SCHEMA_VERSION", "REQUIRED_KEYS", "REFERENCES_FILE", "REFERENCE_KEYS",
            "record", "load_results", "load_references", "reference_applies", "default_results_dir"]
@@ -354,15 +354,6 @@ def _read_document(path: Path, list_key: str) -> list[Any]:
 
 def _write_atomically(path: Path, document: dict[str, Any]) -> None:
     text = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        # mkstemp makes the file private (0o600); give it the mode of the file it replaces.
-        os.chmod(temporary, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    # the mode of the file it replaces (a new one gets 0o644)
+    with atomic_writer(path, mode=path.stat().st_mode & 0o777 if path.exists() else 0o644) as file:
+        file.write(text.encode("utf-8"))

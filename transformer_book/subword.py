@@ -27,6 +27,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from transformer_book import checks
+
 __all__ = ["SubwordTokenizer", "SPECIAL_TOKENS", "PAD_ID", "SOS_ID", "EOS_ID", "UNK_ID"]
 
 SPECIAL_TOKENS = ("<pad>", "<sos>", "<eos>", "<unk>")
@@ -42,27 +44,8 @@ def _sentencepiece():  # noqa: ANN202 - the module
     return sentencepiece
 
 
-def _check_ids(ids: Iterable[int], size: int, where: str, *, kinds: type | tuple[type, ...]) -> list[int]:
-    """``ids`` (a sequence or a 1-D tensor) as a list of ints in ``[0, size)``, else a ValueError
-    naming ``where`` and the first offending ids (``kinds``: the accepted integer types)."""
-    values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-    if values and isinstance(values[0], list):
-        raise ValueError(f"{where}: expected one sequence of ids, got a nested one")
-    bad = [i for i in values if isinstance(i, bool) or not isinstance(i, kinds) or not 0 <= i < size]
-    if bad:
-        raise ValueError(f"{where}: ids {bad[:5]} are outside the vocabulary [0, {size})")
-    return [int(i) for i in values]
-
-
 def _check_text(text: object, where: str) -> str:
-    if not isinstance(text, str):
-        raise ValueError(f"{where}: expected a str, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:  # a lone surrogate, say from a badly decoded file
-        raise ValueError(f"{where}: the text is not valid Unicode ({err.reason} at position {err.start}: "
-                         f"{text[err.start:err.end]!r})") from None
-    return text
+    return checks.text(where, text)
 
 
 class SubwordTokenizer:
@@ -208,7 +191,7 @@ class SubwordTokenizer:
         return sum(ids.count(UNK_ID) for ids in encoded) / total if total else 0.0
 
     def _check_ids(self, ids: Iterable[int], where: str) -> list[int]:
-        return _check_ids(ids, len(self), f"SubwordTokenizer.{where}", kinds=int)
+        return checks.token_ids(f"SubwordTokenizer.{where}", ids, len(self), kinds=int)
 
     def __repr__(self) -> str:
         return f"SubwordTokenizer({len(self)} tokens)"

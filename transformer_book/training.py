@@ -1,4 +1,5 @@
-r"""Training: the label-smoothed loss, learning-rate schedules, and a resumable fit loop (chapter 7).
+r"""Training: the label-smoothed loss and a resumable fit loop (chapter 7); schedules live in
+:mod:`~transformer_book.schedules`, the checkpoint files in :mod:`~transformer_book.checkpoints`.
 
 The loss at one non-PAD position with target :math:`y` and vocabulary size :math:`V` is the
 cross-entropy against the smoothed target distribution :math:`q = (1-\varepsilon)\,\text{onehot}(y)
@@ -20,12 +21,9 @@ the data position without replaying an iterator.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import math
 import os
 import random
-import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -37,18 +35,24 @@ import torch
 import torch.nn.functional as F
 from filelock import FileLock, Timeout
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
 # The text progress bar everywhere: it renders in terminals, Jupyter and Colab alike, and
 # unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
 from tqdm.std import tqdm
 
+from transformer_book import checks
 from transformer_book.attention import ATTENTION_KERNELS, prefer_attention_kernel
-from transformer_book.data.pretraining import IGNORE_INDEX
+from transformer_book.checkpoints import (
+    check_model_matches,
+    load_model,
+    read_checkpoint,
+    require_keys,
+    save_model,
+    write_checkpoint,
+)
+from transformer_book.contracts import IGNORE_INDEX
 from transformer_book.flops import mfu, peak_flops
-from transformer_book.models import BERT, BERTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
 from transformer_book.runtime import seed_everything
-from transformer_book.subword import SubwordTokenizer
-from transformer_book.wordpiece import WordPieceTokenizer
+from transformer_book.schedules import SCHEDULES, make_schedule, warmup_cosine, warmup_inverse_sqrt
 
 __all__ = [
     "label_smoothed_cross_entropy",
@@ -69,7 +73,6 @@ __all__ = [
 
 CHECKPOINT_VERSION = 1
 """Format version written into every checkpoint; :func:`fit` refuses other versions."""
-SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -176,78 +179,6 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
     return loss_fn
 
 
-def _positive_int(value: Any, name: str, where: str, *, allow_zero: bool = False) -> None:
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        kind = "a non-negative" if allow_zero else "a positive"
-        raise ValueError(f"{where}: {name} must be {kind} int, got {value!r}")
-
-
-def warmup_inverse_sqrt(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, d_model: int | None = None
-) -> LambdaLR:
-    r"""Linear warm-up, then inverse-square-root decay (the 2017 Transformer schedule).
-
-    The paper sets :math:`\text{lrate} = d_{model}^{-0.5}\cdot\min(s^{-0.5},\ s\cdot w^{-1.5})`
-    at optimizer step :math:`s` (1-based) with :math:`w` warm-up steps: linear growth to a peak
-    :math:`(d_{model}\, w)^{-0.5}` at :math:`s = w`, then decay as :math:`s^{-0.5}`. Here the
-    optimizer's base lr is multiplied by
-
-    .. math:: f(s) = \min(s^{-0.5},\ s\cdot w^{-1.5})\cdot w^{0.5}
-
-    so the peak equals the base lr exactly at ``s == warmup_steps`` (easier to tune). With
-    ``d_model`` given the factor is the paper's formula itself, :math:`d_{model}^{-0.5}\min(\ldots)`,
-    and a base lr of 1.0 reproduces the paper.
-
-    Raises:
-        ValueError: if ``warmup_steps`` or ``d_model`` is not a positive int.
-    """
-    _positive_int(warmup_steps, "warmup_steps", "warmup_inverse_sqrt")
-    if d_model is not None:
-        _positive_int(d_model, "d_model", "warmup_inverse_sqrt")
-    scale = d_model**-0.5 if d_model is not None else warmup_steps**0.5
-
-    def factor(step: int) -> float:  # step = optimizer steps already taken
-        s = step + 1
-        return scale * min(s**-0.5, s * warmup_steps**-1.5)
-
-    return LambdaLR(optimizer, factor)
-
-
-def warmup_cosine(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_ratio: float = 0.0
-) -> LambdaLR:
-    r"""Linear warm-up to the base lr, then a half cosine down to ``min_ratio`` times it.
-
-    With 1-based step :math:`s`, :math:`f(s) = s / w` for :math:`s \le w`, then
-    :math:`f(s) = r + (1-r)\,\tfrac12\bigl(1 + \cos(\pi\,\tfrac{s-w}{T-w})\bigr)`, held at
-    :math:`r` after :math:`T` = ``total_steps``. So :math:`f(w) = 1` and :math:`f(T) = r`.
-
-    Raises:
-        ValueError: unless ``0 <= warmup_steps < total_steps`` and ``0 <= min_ratio <= 1``.
-    """
-    _positive_int(warmup_steps, "warmup_steps", "warmup_cosine", allow_zero=True)
-    _positive_int(total_steps, "total_steps", "warmup_cosine")
-    if warmup_steps >= total_steps:
-        raise ValueError(f"warmup_cosine: warmup_steps={warmup_steps} must be below total_steps={total_steps}")
-    if not 0.0 <= min_ratio <= 1.0:
-        raise ValueError(f"warmup_cosine: min_ratio must lie in [0, 1], got {min_ratio}")
-
-    def factor(step: int) -> float:
-        s = step + 1
-        if s <= warmup_steps:
-            return s / warmup_steps
-        progress = min(1.0, (s - warmup_steps) / (total_steps - warmup_steps))
-        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return LambdaLR(optimizer, factor)
-
-
-def _warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int) -> LambdaLR:
-    """Linear warm-up over ``warmup_steps`` (none if 0), then the base lr."""
-    return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
-
-
 @dataclass
 class TrainConfig:
     """Settings of :func:`fit`.
@@ -307,9 +238,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "eval_every", "log_every", "checkpoint_every"):
-            _positive_int(getattr(self, name), name, "TrainConfig")
-        _positive_int(self.warmup_steps, "warmup_steps", "TrainConfig", allow_zero=True)
-        _positive_int(self.seed, "seed", "TrainConfig", allow_zero=True)
+            checks.integer("TrainConfig", name, getattr(self, name), minimum=1)
+        checks.non_negative_int("TrainConfig", warmup_steps=self.warmup_steps, seed=self.seed)
         for name in ("lr", "weight_decay", "min_lr_ratio", "smoothing"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -485,109 +415,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _save_atomic(obj: dict[str, Any], path: str) -> None:
-    """``torch.save`` ``obj`` with a SHA-256 checksum of its bytes, to a temporary file beside
-    ``path``, then rename it over ``path``: a crash mid-write leaves the previous checkpoint
-    intact, never a truncated one, and :func:`_load_checked` finds a file changed since."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    payload = buffer.getvalue()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.*.tmp"):  # left by a run killed mid-write
-        if time.time() - stale.stat().st_mtime > _STALE_AFTER_S:  # (a younger one may be another writer's)
-            stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save({_CHECKSUM: hashlib.sha256(payload).hexdigest(), _PAYLOAD: payload}, handle)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a saved model is as readable as any file
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-_CHECKSUM, _PAYLOAD = "sha256", "payload"
-_STALE_AFTER_S = 3600
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _load_checked(path: str | os.PathLike[str], where: str) -> dict[str, Any]:
-    """The dict :func:`_save_atomic` wrote to ``path``, its checksum verified; only tensors and
-    plain values are unpickled. Files written before checksums (a dict with no ``payload``) load
-    unchecked.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: a truncated or corrupt file, or one that holds no dict, naming ``path``.
-    """
-    try:
-        outer = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as err:  # truncated, not a torch file, or unpickling refused
-        raise ValueError(f"{where}: {path} is not a readable checkpoint, truncated or corrupt "
-                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
-    if isinstance(outer, dict) and _PAYLOAD in outer:
-        payload = outer[_PAYLOAD]
-        if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != outer.get(_CHECKSUM):
-            raise ValueError(f"{where}: {path} is corrupt: its contents do not match the checksum written with them")
-        try:
-            outer = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise ValueError(f"{where}: {path} holds an unreadable checkpoint ({type(err).__name__})") from None
-    if not isinstance(outer, dict):
-        raise ValueError(f"{where}: {path} holds a {type(outer).__name__}, not a checkpoint dict")
-    return outer
-
-
-def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The dict that :func:`fit` or :func:`save_model` wrote to ``path``, its checksum verified
-    (for a checkpoint of :func:`fit`, the keys ``step``, ``model``, ``optimizer``, ``config`` and
-    more).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: a truncated or corrupt file, naming ``path``.
-    """
-    return _load_checked(path, "read_checkpoint")
-
-
-def _require(state: dict[str, Any], types: dict[str, type | tuple[type, ...]], path: str, where: str) -> None:
-    """Every key of ``types`` present in ``state`` with a value of that type, before anything is loaded."""
-    missing = sorted(k for k in types if k not in state)
-    wrong = [f"{k} is a {type(state[k]).__name__}" for k, t in types.items() if k in state and not isinstance(state[k], t)]
-    if missing or wrong:
-        problems = ([f"missing {missing}"] if missing else []) + wrong
-        raise ValueError(f"{where}: {path} is not a complete checkpoint: {'; '.join(problems)}")
-
-
-def _check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path: str, where: str = "fit") -> None:
-    current = model.state_dict()
-    missing = sorted(set(current) - set(saved))
-    unexpected = sorted(set(saved) - set(current))
-    shapes = [f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(current[k].shape)}"
-              for k in current if k in saved and saved[k].shape != current[k].shape]
-    if missing or unexpected or shapes:
-        parts = [f"missing keys {missing}" if missing else "", f"unexpected keys {unexpected}" if unexpected else "",
-                 f"shape mismatches [{'; '.join(shapes)}]" if shapes else ""]
-        raise ValueError(f"{where}: checkpoint {path} does not match the model: " + ", ".join(p for p in parts if p))
-
-
-def _make_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig) -> LambdaLR:
-    if config.schedule == "inverse_sqrt":
-        return warmup_inverse_sqrt(optimizer, config.warmup_steps)
-    if config.schedule == "cosine":
-        return warmup_cosine(optimizer, config.warmup_steps, config.steps, config.min_lr_ratio)
-    return _warmup_constant(optimizer, config.warmup_steps)
-
-
 def _make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases, LayerNorm gains or other
     vectors), fused into one kernel on CUDA."""
@@ -732,18 +559,19 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if use_amp else nullcontext
     scaler = torch.amp.GradScaler("cuda") if use_amp and amp_dtype == torch.float16 else None
     optimizer = _make_optimizer(model, config, device)
-    scheduler = _make_schedule(optimizer, config)
+    scheduler = make_schedule(config.schedule, optimizer, warmup_steps=config.warmup_steps,
+                              total_steps=config.steps, min_ratio=config.min_lr_ratio)
     history, start = History(), 0
 
     if resume and os.path.exists(config.checkpoint_path):
         path = config.checkpoint_path
-        state = _load_checked(path, "fit")
+        state = read_checkpoint(path, where="fit")
         if state.get("format_version") != CHECKPOINT_VERSION:
             raise ValueError(f"fit: checkpoint {path} has format_version {state.get('format_version')!r}, "
                              f"expected {CHECKPOINT_VERSION}")
-        _require(state, {"step": int, "model": dict, "optimizer": dict, "scheduler": dict, "history": dict,
+        require_keys(state, {"step": int, "model": dict, "optimizer": dict, "scheduler": dict, "history": dict,
                          "rng": dict}, path, "fit")
-        _check_model_matches(model, state["model"], path)
+        check_model_matches(model, state["model"], path, "fit")
         _check_resumable(state.get("config"), config, path)
         try:  # everything but the model first: a failure here leaves the model as it was
             optimizer.load_state_dict(state["optimizer"])
@@ -757,7 +585,7 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
         model.load_state_dict(state["model"])
 
     def save(step: int) -> None:
-        _save_atomic({
+        write_checkpoint({
             "format_version": CHECKPOINT_VERSION, "step": step, "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None else None,
@@ -869,84 +697,3 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     finally:
         bar.close()
     return history
-
-
-MODEL_FORMAT_VERSION = 1
-"""Format version of the files :func:`save_model` writes."""
-_SAVABLE = {"Transformer": (Transformer, TransformerConfig), "RNNSeq2Seq": (RNNSeq2Seq, RNNSeq2SeqConfig),
-            "BERT": (BERT, BERTConfig)}
-
-
-def save_model(
-    path: str | os.PathLike[str],
-    model: nn.Module,
-    *,
-    tokenizer: SubwordTokenizer | WordPieceTokenizer | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> Path:
-    """Write a trained model so that :func:`load_model` rebuilds it: its class, its config, its
-    weights, the tokeniser it reads and writes with, and ``metadata`` (plain values such as
-    scores or the number of training steps). Written atomically, like :func:`fit`'s
-    checkpoints, so a crash never leaves a truncated file.
-
-    Raises:
-        ValueError: a model of a class the package cannot rebuild (see ``_SAVABLE``), or a
-            tokenizer that is neither a ``SubwordTokenizer`` nor a ``WordPieceTokenizer``.
-    """
-    name = type(model).__name__
-    if name not in _SAVABLE or not isinstance(model, _SAVABLE[name][0]):
-        raise ValueError(f"save_model: can save {sorted(_SAVABLE)}, not {type(model).__qualname__}")
-    if isinstance(tokenizer, SubwordTokenizer):
-        stored, kind = tokenizer.to_bytes(), "sentencepiece"
-    elif isinstance(tokenizer, WordPieceTokenizer):
-        stored, kind = tokenizer.to_str(), "wordpiece"
-    elif tokenizer is None:
-        stored, kind = None, None
-    else:
-        raise ValueError(f"save_model: tokenizer must be a SubwordTokenizer or a WordPieceTokenizer, "
-                         f"not {type(tokenizer).__qualname__}")
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    _save_atomic({
-        "format_version": MODEL_FORMAT_VERSION, "class": name, "config": asdict(model.config), "model": state,
-        "tokenizer": stored, "tokenizer_kind": kind, "metadata": dict(metadata or {}),
-    }, str(path))
-    return Path(path)
-
-
-def load_model(
-    path: str | os.PathLike[str], *, device: torch.device | str = "cpu"
-) -> tuple[nn.Module, SubwordTokenizer | WordPieceTokenizer | None, dict[str, Any]]:
-    """Rebuild a model written by :func:`save_model`: ``(model in eval mode, tokenizer or None, metadata)``.
-
-    Only tensors and plain values are unpickled (``torch.load(weights_only=True)``), and the
-    file's SHA-256 checksum is verified (files written before checksums load unchecked).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is truncated, corrupt (its checksum does not match), not a model
-            file of this format version, names a class the package cannot rebuild, or holds a
-            config, tokenizer or weights that do not fit; the message names the file.
-    """
-    saved = _load_checked(path, "load_model")
-    if saved.get("format_version") != MODEL_FORMAT_VERSION:
-        raise ValueError(f"load_model: {path} has format version {saved.get('format_version')!r}, "
-                         f"expected {MODEL_FORMAT_VERSION}")
-    if saved.get("class") not in _SAVABLE:
-        raise ValueError(f"load_model: {path} holds a {saved.get('class')!r}; known classes: {sorted(_SAVABLE)}")
-    _require(saved, {"config": dict, "model": dict, "tokenizer": (bytes, str, type(None)),
-                     "metadata": (dict, type(None))}, str(path), "load_model")
-    model_class, config_class = _SAVABLE[saved["class"]]
-    try:
-        model = model_class(config_class(**saved["config"]))
-        stored = saved["tokenizer"]
-        if stored is None:
-            tokenizer = None
-        elif saved.get("tokenizer_kind", "sentencepiece") == "wordpiece":
-            tokenizer = WordPieceTokenizer.from_str(stored)
-        else:
-            tokenizer = SubwordTokenizer(stored)
-    except (TypeError, ValueError, RuntimeError, KeyError) as err:
-        raise ValueError(f"load_model: {path} holds a damaged config or tokenizer ({type(err).__name__}: {err})") from None
-    _check_model_matches(model, saved["model"], str(path), where="load_model")
-    model.load_state_dict(saved["model"])
-    return model.to(device).eval(), tokenizer, dict(saved.get("metadata") or {})

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from transformer_book.subword import _check_ids, _check_text
+from transformer_book import checks
 
 __all__ = [
     "WordPieceTokenizer", "SPECIAL_TOKENS", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID",
@@ -86,7 +86,7 @@ def _word_counts(texts: Iterable[str]) -> Counter[str]:
     chunks: Counter[str] = Counter()
     n_texts = 0
     for index, text in enumerate(texts):
-        _check_text(text, f"WordPieceTokenizer.train: text {index}")
+        checks.text(f"WordPieceTokenizer.train: text {index}", text)
         n_texts += 1
         for part in _SPECIAL_PATTERN.split(text):
             if part.strip():
@@ -201,7 +201,7 @@ class WordPieceTokenizer:
             ValueError: not a str, not a tokenizer's JSON, not a WordPiece model, or the
                 special tokens at other ids.
         """
-        _check_text(text, "WordPieceTokenizer.from_str")
+        checks.text("WordPieceTokenizer.from_str", text)
         try:
             tokenizer = _tokenizers().Tokenizer.from_str(text)
         except Exception as err:  # noqa: BLE001 - the library raises a bare Exception on bad JSON
@@ -234,7 +234,7 @@ class WordPieceTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         """The id of one piece (``"##s"`` for a continuation), or ``None`` if it is not in the vocabulary."""
-        return self._tokenizer.token_to_id(_check_text(token, "WordPieceTokenizer.token_to_id"))
+        return self._tokenizer.token_to_id(checks.text("WordPieceTokenizer.token_to_id", token))
 
     def id_to_token(self, ids: Iterable[int]) -> list[str]:
         """The piece of every id (specials as ``[PAD]``, ``[UNK]``, ...).
@@ -248,7 +248,7 @@ class WordPieceTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``'s pieces; no special token is added (``[UNK]`` in the text stays one)."""
-        return self._tokenizer.encode(_check_text(text, "WordPieceTokenizer.encode"), add_special_tokens=False).ids
+        return self._tokenizer.encode(checks.text("WordPieceTokenizer.encode", text), add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """:meth:`encode` for many texts at once (in parallel, faster than a loop)."""
@@ -256,12 +256,12 @@ class WordPieceTokenizer:
             raise ValueError("WordPieceTokenizer.encode_batch: expected a sequence of str, got one str")
         texts = list(texts)
         for index, text in enumerate(texts):
-            _check_text(text, f"WordPieceTokenizer.encode_batch: text {index}")
+            checks.text(f"WordPieceTokenizer.encode_batch: text {index}", text)
         return [e.ids for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     def tokens(self, text: str) -> list[str]:
         """The pieces of ``text``, ``##`` marking those that continue a word (``["ody", "##sse", "##us"]``)."""
-        return self._tokenizer.encode(_check_text(text, "WordPieceTokenizer.tokens"), add_special_tokens=False).tokens
+        return self._tokenizer.encode(checks.text("WordPieceTokenizer.tokens", text), add_special_tokens=False).tokens
 
     def decode(self, ids: Iterable[int], *, skip_special: bool = False) -> str:
         """Text from ids: pieces glued at ``##``, words separated by one space.
@@ -292,7 +292,7 @@ class WordPieceTokenizer:
         return sum(ids.count(UNK_ID) for ids in encoded) / total if total else 0.0
 
     def _check_ids(self, ids: Iterable[int], where: str) -> list[int]:
-        return _check_ids(ids, len(self), f"WordPieceTokenizer.{where}", kinds=numbers.Integral)
+        return checks.token_ids(f"WordPieceTokenizer.{where}", ids, len(self), kinds=numbers.Integral)
 
     def __repr__(self) -> str:
         return f"WordPieceTokenizer({len(self)} pieces, uncased)"

@@ -26,52 +26,14 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from transformer_book.contracts import Seq2SeqBatch, pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = ["Seq2SeqBatch", "pad_sequences", "collate_pairs", "encode_pairs", "BucketedBatches", "RandomWindows"]
-
-
-class Seq2SeqBatch(NamedTuple):
-    """One batch of sentence pairs as padded id tensors.
-
-    ``src`` ``(B, m)``, ``tgt_in`` ``(B, n)``, ``tgt_out`` ``(B, n)``, all int64, PAD-padded;
-    ``tgt_in`` is ``tgt_out`` shifted right with SOS in front.
-    """
-
-    src: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-
-    @property
-    def n_tokens(self) -> int:
-        """The number of target tokens the loss counts (non-PAD positions of ``tgt_out``)."""
-        return int((self.tgt_out != PAD_ID).sum())
-
-
-def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tensor:
-    """Stack id sequences into a ``(B, L)`` int64 tensor, padding on the right with ``pad_id``.
-
-    Raises:
-        ValueError: no sequences, an empty one, or one holding a value that is not an integer
-            id (a float such as 1.7 would be truncated to 1).
-    """
-    if len(sequences) == 0:
-        raise ValueError("pad_sequences: no sequences")
-    lengths = [len(s) for s in sequences]
-    if min(lengths) == 0:
-        raise ValueError(f"pad_sequences: sequence {lengths.index(0)} is empty")
-    out = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        values = torch.as_tensor(sequence)
-        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
-            raise ValueError(f"pad_sequences: sequence {row} must hold integer ids, got {values.dtype}")
-        out[row, :len(sequence)] = values
-    return out
 
 
 def collate_pairs(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import tempfile
 import urllib.request
 import warnings
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import IO, Any
 
 from filelock import FileLock, Timeout
 
+from transformer_book.atomic import atomic_writer, remove_stale
 from transformer_book.data.registry import Corpus, RemoteFile, get_corpus
 
 DATA_DIR_ENV = "TB_DATA_DIR"
@@ -146,8 +146,7 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
             raise DataUnavailableError(
                 _unavailable_message(entry, remote, "downloading is disabled (download=False)")
             )
-        for stale in target.parent.glob(f".{remote.name}.*.part"):  # left by a killed download
-            stale.unlink(missing_ok=True)
+        remove_stale(target, suffix=".part")  # left by a killed download (we hold the lock)
         _download(entry, remote, target, progress)
     finally:
         lock.release()
@@ -192,33 +191,21 @@ def _unavailable_message(corpus: Corpus, remote: RemoteFile, reason: object) -> 
 
 def _download(corpus: Corpus, remote: RemoteFile, target: Path, progress: bool) -> None:
     """Download ``remote`` atomically onto ``target``; never leaves a partial file behind."""
-    part = tempfile.NamedTemporaryFile(dir=target.parent, delete=False,
-                                       prefix=f".{remote.name}.", suffix=".part")
-    part_path = Path(part.name)
-    try:
-        with part:
-            try:
-                actual = _stream_into(remote, part, progress)
-            except (OSError, http.client.HTTPException) as err:  # URLError and timeouts too
-                raise DataUnavailableError(_unavailable_message(corpus, remote, err)) from err
-            received = part.tell()
-            if remote.size is not None and received < remote.size:
-                raise DataUnavailableError(_unavailable_message(
-                    corpus, remote, f"the download was interrupted after {received:,} of {remote.size:,} bytes"))
-            if actual != remote.sha256:
-                raise ChecksumMismatchError(
-                    f"checksum mismatch for {corpus.name}/{remote.name} downloaded from "
-                    f"{remote.url}: expected sha256 {remote.sha256}, got {actual}. "
-                    "The download was discarded."
-                )
-            part.flush()
-            os.fsync(part.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(part_path, 0o666 & ~mask)  # NamedTemporaryFile makes 0600; a cached corpus is a normal file
-        os.replace(part_path, target)
-    finally:
-        part_path.unlink(missing_ok=True)  # already gone after a successful replace
+    with atomic_writer(target, suffix=".part") as part:
+        try:
+            actual = _stream_into(remote, part, progress)
+        except (OSError, http.client.HTTPException) as err:  # URLError and timeouts too
+            raise DataUnavailableError(_unavailable_message(corpus, remote, err)) from err
+        received = part.tell()
+        if remote.size is not None and received < remote.size:
+            raise DataUnavailableError(_unavailable_message(
+                corpus, remote, f"the download was interrupted after {received:,} of {remote.size:,} bytes"))
+        if actual != remote.sha256:
+            raise ChecksumMismatchError(
+                f"checksum mismatch for {corpus.name}/{remote.name} downloaded from "
+                f"{remote.url}: expected sha256 {remote.sha256}, got {actual}. "
+                "The download was discarded."
+            )
 
 
 def _stream_into(remote: RemoteFile, out: IO[bytes], progress: bool) -> str:

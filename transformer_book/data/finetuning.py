@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from transformer_book.data.pretraining import IGNORE_INDEX, _check_max_len, encode_pair
+from transformer_book.contracts import IGNORE_INDEX, FineTuningBatch
+from transformer_book.data.pretraining import check_max_len, encode_pair
 from transformer_book.data.sst2 import load_sst2
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
@@ -35,24 +36,6 @@ __all__ = [
     "FineTuningBatch", "Example", "encode_sentence", "sst2_examples", "pivot_paraphrase_pairs", "pair_examples", "CASE_TAGS", "case_tag",
     "case_restoration_examples", "entity_spans", "SpanExample", "cloze_span_examples", "FineTuningBatches",
 ]
-
-
-class FineTuningBatch(NamedTuple):
-    """One batch for a fine-tuning head of :mod:`transformer_book.models.finetuning`, padded on
-    the right with ``[PAD]``.
-
-    ``tokens`` and ``segments`` ``(B, n)`` int64 as BERT reads them. ``targets``:
-    ``(B,)`` class ids for a sentence or pair classifier; ``(B, n)`` tag ids for a tagger,
-    ``IGNORE_INDEX`` where no tag is scored (specials, padding, pieces that continue a word);
-    ``(B, 2)`` start and end positions (end inclusive) for a span extractor. ``allowed``
-    ``(B, n)`` bool: where a span may start or end (the passage's pieces); all ``False`` for
-    the other tasks.
-    """
-
-    tokens: torch.Tensor
-    segments: torch.Tensor
-    targets: torch.Tensor
-    allowed: torch.Tensor
 
 
 class Example(NamedTuple):
@@ -73,7 +56,7 @@ def encode_sentence(tokenizer, text: str, max_len: int) -> list[int]:  # noqa: A
     Raises:
         ValueError: ``max_len`` below 5, or a text that encodes to no piece.
     """
-    _check_max_len(max_len, "encode_sentence")
+    check_max_len(max_len, "encode_sentence")
     ids = list(tokenizer.encode(text))
     if not ids:
         raise ValueError(f"encode_sentence: {text!r} encodes to no piece")
@@ -214,7 +197,7 @@ def case_restoration_examples(tokenizer, sentences: Sequence[str], max_len: int)
     ``IGNORE_INDEX``. Words that do not fit in ``max_len - 2`` pieces are cut; a sentence left
     with no tagged word is skipped.
     """
-    _check_max_len(max_len, "case_restoration_examples")
+    check_max_len(max_len, "case_restoration_examples")
     examples = []
     for sentence in sentences:
         words = [w for w in sentence.split() if w != "[UNK]"]
@@ -290,7 +273,7 @@ def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: 
     Raises:
         ValueError: ``max_len`` leaves no room for a passage.
     """
-    _check_max_len(max_len, "cloze_span_examples")
+    check_max_len(max_len, "cloze_span_examples")
     passage_budget = max_len - 3 - question_pieces
     if passage_budget < 8:
         raise ValueError(f"cloze_span_examples: max_len={max_len} leaves {passage_budget} pieces for a passage "

@@ -30,26 +30,16 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from transformer_book.data.pretraining import IGNORE_INDEX
+from transformer_book.contracts import IGNORE_INDEX, InContextBatch
 
 __all__ = ["InContextTask", "InContextBatch", "InContextBatches", "SPLITS"]
 
 SPLITS = ("train", "test")
 """The two sets of label assignments, the one trained on and the one held out."""
-
-
-class InContextBatch(NamedTuple):
-    """A language model's batch: inputs ``x`` ``(B, 2P)`` and next-token targets ``y`` ``(B, 2P)``,
-    with :data:`~transformer_book.data.pretraining.IGNORE_INDEX` wherever the next token is an
-    item (random, so nothing to learn); ``y[:, 2k + 1]`` is the label after ``k`` demonstrations."""
-
-    x: torch.Tensor
-    y: torch.Tensor
 
 
 @dataclass(frozen=True)

@@ -41,17 +41,15 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from transformer_book.data.wikitext import _read_split
+from transformer_book.contracts import IGNORE_INDEX, PretrainingBatch
+from transformer_book.data.wikitext import read_split
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 
 __all__ = [
-    "IGNORE_INDEX", "wikitext2_documents", "SentencePair", "make_sentence_pairs", "encode_pair",
+    "IGNORE_INDEX", "check_max_len", "wikitext2_documents", "SentencePair", "make_sentence_pairs", "encode_pair",
     "EncodedPairs", "encode_sentence_pairs", "pack_documents", "maskable_positions", "mask_tokens", "PretrainingBatch",
     "PretrainingBatches",
 ]
-
-IGNORE_INDEX = -100
-"""The target of a position that the MLM loss skips (PyTorch's default ``ignore_index``)."""
 
 _SENTENCE_ENDS = frozenset({".", "?", "!"})
 _MARKER = re.compile(r" ?@([-,.])@ ?")
@@ -149,7 +147,7 @@ def wikitext2_documents(split: str = "train", *, download: bool = True) -> list[
         ValueError: an unknown split.
         DataError: a file that is not UTF-8 text.
     """
-    return _documents_from_text(_read_split("wikitext2_documents", split, download))
+    return _documents_from_text(read_split("wikitext2_documents", split, download))
 
 
 # ----------------------------------------------------------------------------- sentence pairs
@@ -208,7 +206,9 @@ def make_sentence_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0,
 
 # ----------------------------------------------------------------------------- encoding
 
-def _check_max_len(max_len: object, where: str) -> None:
+def check_max_len(max_len: object, where: str) -> None:
+    """Refuse a ``max_len`` that cannot hold a pair: at least 5 ids, ``[CLS] a [SEP] b [SEP]``
+    with one token each (the fine-tuning examples share the rule)."""
     if not _is_int(max_len) or max_len < 5:
         raise ValueError(f"{where}: max_len must be an int >= 5 ([CLS] a [SEP] b [SEP] with one token each), "
                          f"got {max_len!r}")
@@ -242,7 +242,7 @@ def encode_pair(tokenizer, a: str, b: str, max_len: int) -> tuple[list[int], lis
     Raises:
         ValueError: ``max_len`` below 5, or a sentence that encodes to no tokens.
     """
-    _check_max_len(max_len, "encode_pair")
+    check_max_len(max_len, "encode_pair")
     a_ids, b_ids = list(tokenizer.encode(a)), list(tokenizer.encode(b))
     len_a, len_b = _truncated(len(a_ids), len(b_ids), max_len, "encode_pair")
     return [CLS_ID, *a_ids[:len_a], SEP_ID, *b_ids[:len_b], SEP_ID], [0] * (len_a + 2) + [1] * (len_b + 1)
@@ -345,7 +345,7 @@ def encode_sentence_pairs(tokenizer, pairs: Sequence[SentencePair], max_len: int
         ValueError: ``max_len`` below 5, or a sentence that encodes to no tokens (the message
             gives the pair's index).
     """
-    _check_max_len(max_len, "encode_sentence_pairs")
+    check_max_len(max_len, "encode_sentence_pairs")
     position: dict[str, int] = {}
     for pair in pairs:
         position.setdefault(pair[0], len(position))
@@ -417,7 +417,7 @@ def pack_documents(tokenizer, documents: Sequence[Sequence[str]], max_len: int, 
         ValueError: fewer than 2 documents (with NSP), ``max_len`` below 5, ``next_prob``
             outside ``[0, 1]``, a non-int ``seed``, or no sentence that encodes to any piece.
     """
-    _check_max_len(max_len, "pack_documents")
+    check_max_len(max_len, "pack_documents")
     if not isinstance(nsp, bool):
         raise ValueError(f"pack_documents: nsp must be a bool, got {nsp!r}")
     if isinstance(next_prob, bool) or not isinstance(next_prob, (int, float)) or not 0.0 <= next_prob <= 1.0:
@@ -586,31 +586,6 @@ def mask_tokens(
 
 
 # ----------------------------------------------------------------------------- batches
-
-class PretrainingBatch(NamedTuple):
-    """One batch for BERT's pretraining loss.
-
-    ``tokens`` ``(B, n)`` int64: the corrupted inputs, PAD-padded on the right; ``segments``
-    ``(B, n)`` int64: 0 for ``[CLS] a [SEP]`` and for padding, 1 for ``b [SEP]``; ``targets``
-    ``(B, n)`` int64: the original id at the selected positions, :data:`IGNORE_INDEX`
-    elsewhere (padding included); ``is_next`` ``(B,)`` int64: 1 when B follows A.
-    """
-
-    tokens: torch.Tensor
-    segments: torch.Tensor
-    targets: torch.Tensor
-    is_next: torch.Tensor
-
-    @property
-    def n_predictions(self) -> int:
-        """The number of selected positions (those the MLM loss averages over)."""
-        return int((self.targets != IGNORE_INDEX).sum())
-
-    @property
-    def padding(self) -> torch.Tensor:
-        """``(B, n)`` bool, ``True`` at padding (masking never writes PAD, so this is ``tokens == PAD_ID``)."""
-        return self.tokens == PAD_ID
-
 
 class PretrainingBatches:
     """Padded, masked batches of encoded sentence pairs, addressable by training step.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from transformer_book.data.download import fetch_text
 
-__all__ = ["WIKITEXT2_SPLITS", "load_wikitext2", "load_wikitext2_stream"]
+__all__ = ["WIKITEXT2_SPLITS", "load_wikitext2", "load_wikitext2_stream", "read_split"]
 
 WIKITEXT2_SPLITS = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
 
@@ -27,7 +27,7 @@ def load_wikitext2(split: str = "train", *, lower: bool = True, download: bool =
         ValueError: an unknown split (the message lists the known ones).
         DataError: a file that is not UTF-8 text.
     """
-    text = _read_split("load_wikitext2", split, download)
+    text = read_split("load_wikitext2", split, download)
     if lower:
         text = text.lower()
     paragraphs = (line.split() for line in text.split("\n"))
@@ -62,7 +62,7 @@ def load_wikitext2_stream(split: str = "train", *, download: bool = True) -> lis
         ValueError: an unknown split (the message lists the known ones).
         DataError: a file that is not UTF-8 text.
     """
-    text = _read_split("load_wikitext2_stream", split, download)
+    text = read_split("load_wikitext2_stream", split, download)
     lines = text.split("\n")
     if lines[-1] == "":  # the newline that ends the last line starts no new line
         lines.pop()
@@ -73,8 +73,9 @@ def load_wikitext2_stream(split: str = "train", *, download: bool = True) -> lis
     return stream
 
 
-def _read_split(owner: str, split: str, download: bool) -> str:
-    """The text of one split's file, fetched and decoded as UTF-8."""
+def read_split(owner: str, split: str, download: bool) -> str:
+    """The text of one split's file (``"train"``, ``"valid"`` or ``"test"``), fetched and decoded
+    as UTF-8; errors name ``owner``, the function the reader called."""
     if split not in WIKITEXT2_SPLITS:
         raise ValueError(f"{owner}: unknown split {split!r}; known splits: {', '.join(WIKITEXT2_SPLITS)}")
     return fetch_text("wikitext2", WIKITEXT2_SPLITS[split], download=download)

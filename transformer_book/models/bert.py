@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book.data.pretraining import IGNORE_INDEX
+from transformer_book.contracts import IGNORE_INDEX
 from transformer_book.layers import LayerNorm
 from transformer_book.masks import padding_mask
 from transformer_book.positional import ALiBi

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book.layers import _check_positive_int
+from transformer_book import checks
 
 __all__ = ["LSTMCell", "LSTMLayer", "ScalarMix", "BiLMConfig", "BiLM"]
 
@@ -73,7 +73,7 @@ def _lstm_update(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, to
 def _add_lstm_parameters(module: nn.Module, owner: str, d_input: int, d_hidden: int, suffix: str) -> None:
     """Register ``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh`` (+ ``suffix``), gates stacked
     (i, f, g, o) as in ``torch.nn.LSTM``, and draw them."""
-    _check_positive_int(owner, d_input=d_input, d_hidden=d_hidden)
+    checks.positive_int(owner, d_input=d_input, d_hidden=d_hidden)
     module.d_input, module.d_hidden = d_input, d_hidden
     for name, shape in [("weight_ih", (4 * d_hidden, d_input)), ("weight_hh", (4 * d_hidden, d_hidden)),
                         ("bias_ih", (4 * d_hidden,)), ("bias_hh", (4 * d_hidden,))]:
@@ -208,7 +208,7 @@ class ScalarMix(nn.Module):
 
     def __init__(self, n_layers: int) -> None:
         super().__init__()
-        _check_positive_int("ScalarMix", n_layers=n_layers)
+        checks.positive_int("ScalarMix", n_layers=n_layers)
         self.n_layers = n_layers
         self.w = nn.Parameter(torch.zeros(n_layers))
         self.gamma = nn.Parameter(torch.tensor(1.0))

@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book.data.finetuning import FineTuningBatch
-from transformer_book.data.pretraining import IGNORE_INDEX
+from transformer_book.contracts import IGNORE_INDEX, FineTuningBatch
 from transformer_book.models.bert import BERT
 
 __all__ = [

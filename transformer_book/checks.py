@@ -1,0 +1,82 @@
+"""Argument checks shared by the whole package (internal: the book's chapters never show them).
+
+Every public function of the package refuses bad input with a ``ValueError`` that names the
+function and the argument. The checks that several modules make live here, written once, so that
+a displayed function can open with one call and the reader sees the equation that follows.
+Each takes ``where``, the name of the function the reader called, first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Real
+
+__all__ = ["integer", "positive_int", "non_negative_int", "probability", "finite_real", "token_ids", "text"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(where: str, name: str, value: object, *, minimum: int) -> int:
+    """``value`` if it is an int (not a bool) of at least ``minimum``; else a ValueError
+    ("must be a positive int" for ``minimum = 1``, "a non-negative int" for 0)."""
+    if not _is_int(value) or value < minimum:
+        kind = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
+        raise ValueError(f"{where}: {name} must be {kind}, got {value!r}")
+    return value
+
+
+def positive_int(where: str, **values: object) -> None:
+    """Each keyword argument is an int of at least 1."""
+    for name, value in values.items():
+        integer(where, name, value, minimum=1)
+
+
+def non_negative_int(where: str, **values: object) -> None:
+    """Each keyword argument is an int of at least 0."""
+    for name, value in values.items():
+        integer(where, name, value, minimum=0)
+
+
+def probability(where: str, name: str, value: object, *, one: bool = False) -> float:
+    """``value`` as a float in ``[0, 1)`` (a dropout or smoothing rate), or ``[0, 1]`` when ``one``."""
+    upper = "1]" if one else "1)"
+    if (isinstance(value, bool) or not isinstance(value, Real)
+            or not (0.0 <= float(value) <= 1.0 if one else 0.0 <= float(value) < 1.0)):
+        raise ValueError(f"{where}: {name} must lie in [0, {upper}, got {value!r}")
+    return float(value)
+
+
+def finite_real(where: str, name: str, value: object, *, above: float | None = None) -> float:
+    """``value`` as a float if it is a finite real (and greater than ``above``, when given)."""
+    if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value))
+            or (above is not None and not float(value) > above)):
+        bound = "" if above is None else f" > {above:g}"
+        raise ValueError(f"{where}: {name} must be a finite real{bound}, got {value!r}")
+    return float(value)
+
+
+def token_ids(where: str, ids: Iterable[int], size: int, *, kinds: type | tuple[type, ...] = int) -> list[int]:
+    """``ids`` (a sequence or a 1-D tensor) as a list of ints in ``[0, size)``, else a ValueError
+    naming the first offending ids (``kinds``: the accepted integer types)."""
+    values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    if values and isinstance(values[0], list):
+        raise ValueError(f"{where}: expected one sequence of ids, got a nested one")
+    bad = [i for i in values if isinstance(i, bool) or not isinstance(i, kinds) or not 0 <= i < size]
+    if bad:
+        raise ValueError(f"{where}: ids {bad[:5]} are outside the vocabulary [0, {size})")
+    return [int(i) for i in values]
+
+
+def text(where: str, value: object) -> str:
+    """``value`` if it is a str that encodes as UTF-8 (no lone surrogate)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a str, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate, say from a badly decoded file
+        raise ValueError(f"{where}: the text is not valid Unicode ({err.reason} at position {err.start}: "
+                         f"{value[err.start:err.end]!r})") from None
+    return value

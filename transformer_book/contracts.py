@@ -1,0 +1,171 @@
+"""The contracts that data and models agree on, on a floor below both (neither imports the other).
+
+* :data:`IGNORE_INDEX`, the target id that a loss skips;
+* :func:`pad_sequences`, how id sequences become one padded tensor;
+* the batch types that the data modules build and the models' losses read
+  (:class:`Seq2SeqBatch`, :class:`PretrainingBatch`, :class:`FineTuningBatch`, :class:`InContextBatch`);
+* the interfaces that decoding and checkpoints dispatch on, as :class:`typing.Protocol` s:
+  a :class:`Tokenizer`, an :class:`EncoderDecoder` and a :class:`LanguageModel`.
+
+The data modules re-export what they build (``data.Seq2SeqBatch`` and the rest keep working).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import torch
+
+from transformer_book.subword import PAD_ID
+from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
+from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
+
+__all__ = ["IGNORE_INDEX", "pad_sequences", "Seq2SeqBatch", "PretrainingBatch", "FineTuningBatch", "InContextBatch",
+           "Tokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel"]
+
+IGNORE_INDEX = -100
+"""The target id that every loss of the package skips (PyTorch's ``cross_entropy`` default):
+positions that are not predicted, such as unselected MLM positions, padding, or a tagger's
+continuation pieces."""
+
+
+class Seq2SeqBatch(NamedTuple):
+    """One batch of sentence pairs as padded id tensors.
+
+    ``src`` ``(B, m)``, ``tgt_in`` ``(B, n)``, ``tgt_out`` ``(B, n)``, all int64, PAD-padded;
+    ``tgt_in`` is ``tgt_out`` shifted right with SOS in front.
+    """
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        """The number of target tokens the loss counts (non-PAD positions of ``tgt_out``)."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+
+def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> torch.Tensor:
+    """Stack id sequences into a ``(B, L)`` int64 tensor, padding on the right with ``pad_id``.
+
+    Raises:
+        ValueError: no sequences, an empty one, or one holding a value that is not an integer
+            id (a float such as 1.7 would be truncated to 1).
+    """
+    if len(sequences) == 0:
+        raise ValueError("pad_sequences: no sequences")
+    lengths = [len(s) for s in sequences]
+    if min(lengths) == 0:
+        raise ValueError(f"pad_sequences: sequence {lengths.index(0)} is empty")
+    out = torch.full((len(sequences), max(lengths)), pad_id, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        values = torch.as_tensor(sequence)
+        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+            raise ValueError(f"pad_sequences: sequence {row} must hold integer ids, got {values.dtype}")
+        out[row, :len(sequence)] = values
+    return out
+
+
+class PretrainingBatch(NamedTuple):
+    """One batch for BERT's pretraining loss.
+
+    ``tokens`` ``(B, n)`` int64: the corrupted inputs, PAD-padded on the right; ``segments``
+    ``(B, n)`` int64: 0 for ``[CLS] a [SEP]`` and for padding, 1 for ``b [SEP]``; ``targets``
+    ``(B, n)`` int64: the original id at the selected positions, :data:`IGNORE_INDEX`
+    elsewhere (padding included); ``is_next`` ``(B,)`` int64: 1 when B follows A.
+    """
+
+    tokens: torch.Tensor
+    segments: torch.Tensor
+    targets: torch.Tensor
+    is_next: torch.Tensor
+
+    @property
+    def n_predictions(self) -> int:
+        """The number of selected positions (those the MLM loss averages over)."""
+        return int((self.targets != IGNORE_INDEX).sum())
+
+    @property
+    def padding(self) -> torch.Tensor:
+        """``(B, n)`` bool, ``True`` at padding (masking never writes PAD, so this is ``tokens == [PAD]``)."""
+        return self.tokens == WORDPIECE_PAD_ID
+
+
+class FineTuningBatch(NamedTuple):
+    """One batch for a fine-tuning head of :mod:`transformer_book.models.finetuning`, padded on
+    the right with ``[PAD]``.
+
+    ``tokens`` and ``segments`` ``(B, n)`` int64 as BERT reads them. ``targets``:
+    ``(B,)`` class ids for a sentence or pair classifier; ``(B, n)`` tag ids for a tagger,
+    ``IGNORE_INDEX`` where no tag is scored (specials, padding, pieces that continue a word);
+    ``(B, 2)`` start and end positions (end inclusive) for a span extractor. ``allowed``
+    ``(B, n)`` bool: where a span may start or end (the passage's pieces); all ``False`` for
+    the other tasks.
+    """
+
+    tokens: torch.Tensor
+    segments: torch.Tensor
+    targets: torch.Tensor
+    allowed: torch.Tensor
+
+
+class InContextBatch(NamedTuple):
+    """A language model's batch: inputs ``x`` ``(B, 2P)`` and next-token targets ``y`` ``(B, 2P)``,
+    with :data:`IGNORE_INDEX` wherever the next token is an
+    item (random, so nothing to learn); ``y[:, 2k + 1]`` is the label after ``k`` demonstrations."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the package needs of a tokenizer: text to ids and back, and the vocabulary's size.
+    :class:`~transformer_book.subword.SubwordTokenizer` and
+    :class:`~transformer_book.wordpiece.WordPieceTokenizer` are two."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class EncoderDecoder(Protocol):
+    """A sequence-to-sequence model as decoding drives it (the Transformer of chapter 6, the RNNs
+    of chapter 7):
+
+    * ``encode(src (B, m)) -> (memory, src_mask)``;
+    * ``decode(tgt_in (B, n), memory, src_mask) -> states (B, n, d)``;
+    * ``decode_step(new_tokens (B, k), memory, src_mask, cache) -> (states (B, k, d), cache)``;
+    * ``output(states) -> logits (..., V)``.
+
+    An encoder alone (BERT has ``encode``) is not one: the check asks for all four.
+    """
+
+    def encode(self, src: torch.Tensor) -> tuple[Any, Any]: ...
+
+    def decode(self, tgt_in: torch.Tensor, memory: Any, src_mask: Any) -> torch.Tensor: ...
+
+    def decode_step(self, tokens: torch.Tensor, memory: Any, src_mask: Any, cache: Any) -> tuple[torch.Tensor, Any]: ...
+
+    def output(self, states: torch.Tensor) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """A decoder-only language model (chapter 9's GPT): ``model(ids (B, n)) -> logits (B, n, V)``.
+    (An encoder-decoder is callable too: decoding asks :class:`EncoderDecoder` first.)"""
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class CachedLanguageModel(LanguageModel, Protocol):
+    """A :class:`LanguageModel` that also generates with a key/value cache:
+    ``decode_step(new_ids (B, k), cache) -> (logits (B, k, V), cache)``."""
+
+    def decode_step(self, ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]: ...

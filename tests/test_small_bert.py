@@ -251,13 +251,13 @@ def test_load_or_pretrain_refuses_a_file_of_another_model(tmp_path, monkeypatch)
                                           n_decoder_layers=1, max_len=16))
     training.save_model(path, model, tokenizer=tokenizer)
     forbid_pretraining(monkeypatch)
-    with pytest.raises(ValueError, match="load_or_pretrain: .*transformer.pt holds a Transformer with "
-                                         "WordPieceTokenizer, not a BERT with its WordPieceTokenizer"):
+    with pytest.raises(ValueError, match="load_or_pretrain: .*transformer.pt holds a Transformer with a "
+                                         "WordPieceTokenizer, not a BERT with a WordPieceTokenizer"):
         load_or_pretrain(steps=5, device="cpu", path=path, progress=False)
     # a BERT saved without its tokenizer is refused too
     bert = BERT(BERTConfig(30, max_len=16, d_model=16, n_heads=2, n_layers=1))
     training.save_model(path, bert)
-    with pytest.raises(ValueError, match="holds a BERT with NoneType, not a BERT with its WordPieceTokenizer"):
+    with pytest.raises(ValueError, match="holds a BERT with no tokenizer, not a BERT with a WordPieceTokenizer"):
         load_or_pretrain(steps=5, device="cpu", path=path, progress=False)
 
 

@@ -45,7 +45,7 @@ def test_load_or_train_refuses_a_file_that_holds_another_model(fake_multi30k, tm
     from transformer_book.training import save_model
 
     path = save_model(tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)))
-    with pytest.raises(ValueError, match=r"bert.pt holds a BERT and no tokenizer, not a translator"):
+    with pytest.raises(ValueError, match=r"load_or_train: .*bert.pt holds a BERT with no tokenizer, not a Transformer with a SubwordTokenizer"):
         translator.load_or_train(path=path, device="cpu")
 
 

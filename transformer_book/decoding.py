@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from transformer_book import checks
 from transformer_book.contracts import CachedLanguageModel, EncoderDecoder, LanguageModel, pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
@@ -52,6 +53,19 @@ def _max_len(model: nn.Module) -> int | None:
     ``context`` (GPT); ``None`` when it has neither."""
     config = getattr(model, "config", None)
     return getattr(config, "max_len", None) or getattr(config, "context", None)
+
+
+def _check_greedy(where: str, model: nn.Module, src: torch.Tensor, max_new_tokens: int) -> None:
+    """An encoder-decoder, a ``(B, m)`` integer ``src`` and a positive ``max_new_tokens`` within
+    the model's ``max_len``."""
+    if not isinstance(model, EncoderDecoder):
+        raise TypeError(f"{where}: {type(model).__name__} is not an encoder-decoder (encode, decode, decode_step, "
+                        "output; transformer_book.contracts.EncoderDecoder)")
+    _check_src(src, where)
+    checks.positive_int(where, max_new_tokens=max_new_tokens)
+    limit = _max_len(model)
+    if limit is not None and max_new_tokens > limit:
+        raise ValueError(f"{where}: max_new_tokens={max_new_tokens} exceeds the model's max_len={limit}")
 
 
 @torch.no_grad()
@@ -83,12 +97,7 @@ def greedy_decode(
         ValueError: ``src`` is not a non-empty 2-D integer tensor, or ``max_new_tokens`` is not a
             positive int or exceeds the model's ``config.max_len``.
     """
-    _check_src(src, "greedy_decode")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"greedy_decode: max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    limit = _max_len(model)
-    if limit is not None and max_new_tokens > limit:
-        raise ValueError(f"greedy_decode: max_new_tokens={max_new_tokens} exceeds the model's max_len={limit}")
+    _check_greedy("greedy_decode", model, src, max_new_tokens)
     was_training = model.training
     model.eval()
     try:

@@ -44,8 +44,16 @@ def _sentencepiece():  # noqa: ANN202 - the module
     return sentencepiece
 
 
-def _check_text(text: object, where: str) -> str:
-    return checks.text(where, text)
+def _training_lines(sentences: Iterable[str], vocab_size: int, model_type: str) -> list[str]:
+    """The arguments of :meth:`SubwordTokenizer.train` checked, and its non-empty sentences stripped."""
+    checks.integer("SubwordTokenizer.train", "vocab_size", vocab_size, minimum=len(SPECIAL_TOKENS) + 1)
+    if model_type not in ("bpe", "unigram"):
+        raise ValueError(f"SubwordTokenizer.train: model_type must be 'bpe' or 'unigram', got {model_type!r}")
+    lines = [checks.text(f"SubwordTokenizer.train: sentence {index}", sentence).strip()
+             for index, sentence in enumerate(sentences)]
+    if not any(lines):
+        raise ValueError("SubwordTokenizer.train: no non-empty sentences to learn from")
+    return [line for line in lines if line]
 
 
 class SubwordTokenizer:
@@ -86,17 +94,7 @@ class SubwordTokenizer:
                 or too large for the text (the message says the largest possible size), or an
                 unknown ``model_type`` (``"bpe"`` or ``"unigram"``).
         """
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < len(SPECIAL_TOKENS) + 1:
-            raise ValueError(f"SubwordTokenizer.train: vocab_size must be an int >= 5, got {vocab_size!r}")
-        if model_type not in ("bpe", "unigram"):
-            raise ValueError(f"SubwordTokenizer.train: model_type must be 'bpe' or 'unigram', got {model_type!r}")
-        lines = []
-        for index, sentence in enumerate(sentences):
-            _check_text(sentence, f"SubwordTokenizer.train: sentence {index}")
-            if sentence.strip():
-                lines.append(sentence.strip())
-        if not lines:
-            raise ValueError("SubwordTokenizer.train: no non-empty sentences to learn from")
+        lines = _training_lines(sentences, vocab_size, model_type)  # the non-empty sentences, stripped
         spm = _sentencepiece()
         model = io.BytesIO()
         try:
@@ -147,7 +145,7 @@ class SubwordTokenizer:
 
         Characters never seen in training become UNK (see :meth:`unknown_rate`).
         """
-        ids = self._sp.encode(_check_text(text, "SubwordTokenizer.encode"))
+        ids = self._sp.encode(checks.text("SubwordTokenizer.encode", text))
         return ids + [EOS_ID] if add_eos else ids
 
     def encode_batch(self, texts: Sequence[str], *, add_eos: bool = False) -> list[list[int]]:
@@ -155,13 +153,13 @@ class SubwordTokenizer:
         if isinstance(texts, str):
             raise ValueError("SubwordTokenizer.encode_batch: expected a sequence of str, got one str")
         for index, text in enumerate(texts):
-            _check_text(text, f"SubwordTokenizer.encode_batch: sentence {index}")
+            checks.text(f"SubwordTokenizer.encode_batch: sentence {index}", text)
         encoded = self._sp.encode(list(texts))
         return [ids + [EOS_ID] for ids in encoded] if add_eos else encoded
 
     def pieces(self, text: str) -> list[str]:
         """The subword strings of one sentence (``▁`` marks the start of a word)."""
-        return self._sp.encode(_check_text(text, "SubwordTokenizer.pieces"), out_type=str)
+        return self._sp.encode(checks.text("SubwordTokenizer.pieces", text), out_type=str)
 
     def id_to_piece(self, ids: Iterable[int]) -> list[str]:
         """The subword string of every id (specials as ``<pad>``, ``<sos>``, ``<eos>``, ``<unk>``)."""

@@ -1,15 +1,7 @@
-r"""Training: the label-smoothed loss and a resumable fit loop (chapter 7); schedules live in
-:mod:`~transformer_book.schedules`, the checkpoint files in :mod:`~transformer_book.checkpoints`.
-
-The loss at one non-PAD position with target :math:`y` and vocabulary size :math:`V` is the
-cross-entropy against the smoothed target distribution :math:`q = (1-\varepsilon)\,\text{onehot}(y)
-+ \varepsilon / V`:
-
-.. math::
-
-    \ell = -\sum_v q_v \log p_v = -(1-\varepsilon)\log p_y - \frac{\varepsilon}{V}\sum_v \log p_v
-
-and the batch loss is the mean of :math:`\ell` over the non-PAD positions only.
+r"""Training: a resumable fit loop (chapter 7). The losses it minimises live in
+:mod:`~transformer_book.objectives`, the learning-rate schedules in
+:mod:`~transformer_book.schedules`, the checkpoint files in :mod:`~transformer_book.checkpoints`
+(all re-exported here, where chapters 7 to 15 first met them).
 
 :func:`fit` is deliberately small: AdamW, one schedule, gradient clipping, validation, a
 progress bar, and atomic checkpoints from which a run resumes to the *same* losses as a run
@@ -32,7 +24,6 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from filelock import FileLock, Timeout
 from torch import nn
 # The text progress bar everywhere: it renders in terminals, Jupyter and Colab alike, and
@@ -41,142 +32,21 @@ from tqdm.std import tqdm
 
 from transformer_book import checks
 from transformer_book.attention import ATTENTION_KERNELS, prefer_attention_kernel
-from transformer_book.checkpoints import (
-    check_model_matches,
-    load_model,
-    read_checkpoint,
-    require_keys,
-    save_model,
-    write_checkpoint,
-)
-from transformer_book.contracts import IGNORE_INDEX
+from transformer_book.checkpoints import check_model_matches, read_checkpoint, require_keys, write_checkpoint
+from transformer_book.checkpoints import load_model, save_model  # noqa: F401 - re-exported
 from transformer_book.flops import mfu, peak_flops
+from transformer_book.objectives import label_smoothed_cross_entropy, language_model_loss, seq2seq_loss  # noqa: F401
 from transformer_book.runtime import seed_everything
-from transformer_book.schedules import SCHEDULES, make_schedule, warmup_cosine, warmup_inverse_sqrt
+from transformer_book.schedules import SCHEDULES, make_schedule
+from transformer_book.schedules import warmup_cosine, warmup_inverse_sqrt  # noqa: F401 - re-exported
 
-__all__ = [
-    "label_smoothed_cross_entropy",
-    "seq2seq_loss",
-    "language_model_loss",
-    "warmup_inverse_sqrt",
-    "warmup_cosine",
-    "TrainConfig",
-    "History",
-    "fit",
-    "CHECKPOINT_VERSION",
-    "save_model",
-    "load_model",
-    "read_checkpoint",
-    "init_distributed",
-    "shard_batch",
-]
+__all__ = ["TrainConfig", "History", "fit", "CHECKPOINT_VERSION", "init_distributed", "shard_batch"]
+# Also importable from here, where the chapters first use them: the losses of objectives, the
+# schedules, and checkpoints' save_model, load_model and read_checkpoint.
 
 CHECKPOINT_VERSION = 1
 """Format version written into every checkpoint; :func:`fit` refuses other versions."""
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def label_smoothed_cross_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, *, pad_id: int, smoothing: float = 0.0
-) -> torch.Tensor:
-    r"""Mean label-smoothed cross-entropy over the non-PAD positions.
-
-    :math:`\ell = -(1-\varepsilon)\log p_y - \frac{\varepsilon}{V}\sum_v \log p_v` per position
-    (the smoothed target puts :math:`1-\varepsilon+\varepsilon/V` on :math:`y` and
-    :math:`\varepsilon/V` on every other token), averaged over positions whose target is not
-    ``pad_id``; PAD positions get exactly zero gradient. Equal to ``F.cross_entropy(logits
-    .reshape(-1, V), targets.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)``.
-
-    Args:
-        logits: ``(B, n, V)`` unnormalised scores (any leading shape ``(..., V)`` works).
-        targets: ``(B, n)`` integer ids, matching ``logits.shape[:-1]``.
-        pad_id: the id whose positions are ignored.
-        smoothing: :math:`\varepsilon \in [0, 1)`.
-
-    Returns:
-        A scalar tensor (float32 for half-precision logits, else the logits' dtype).
-
-    Raises:
-        ValueError: for mismatched shapes, non-integer targets, ``smoothing`` outside
-            ``[0, 1)``, target ids outside the vocabulary, or a batch that is all PAD.
-    """
-    if not isinstance(logits, torch.Tensor) or logits.dim() < 2 or not logits.dtype.is_floating_point:
-        raise ValueError("label_smoothed_cross_entropy: logits must be a floating (..., V) tensor")
-    if not isinstance(targets, torch.Tensor) or targets.dtype.is_floating_point or targets.dtype == torch.bool:
-        raise ValueError("label_smoothed_cross_entropy: targets must be an integer tensor")
-    if targets.shape != logits.shape[:-1]:
-        raise ValueError(
-            f"label_smoothed_cross_entropy: targets shape {tuple(targets.shape)} does not match "
-            f"logits shape {tuple(logits.shape)} without its last (vocabulary) axis"
-        )
-    if not 0.0 <= smoothing < 1.0:
-        raise ValueError(f"label_smoothed_cross_entropy: smoothing must lie in [0, 1), got {smoothing}")
-    keep = targets != pad_id  # (B, n)
-    n_kept = int(keep.sum())
-    if n_kept == 0:
-        raise ValueError(f"label_smoothed_cross_entropy: every target is PAD (pad_id={pad_id}); the mean is undefined")
-    vocab = logits.shape[-1]
-    kept_targets = targets[keep]
-    if bool(((kept_targets < 0) | (kept_targets >= vocab)).any()):
-        raise ValueError(f"label_smoothed_cross_entropy: a target id lies outside [0, {vocab})")
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()  # log-softmax over a large vocabulary needs float32
-    log_p = F.log_softmax(logits[keep], dim=-1)  # (N, V): only non-PAD rows, so PAD grads are 0
-    nll = -log_p.gather(-1, kept_targets.unsqueeze(-1)).squeeze(-1)  # -log p_y, (N,)
-    uniform = -log_p.mean(dim=-1)  # -(1/V) sum_v log p_v, (N,)
-    return ((1.0 - smoothing) * nll + smoothing * uniform).mean()
-
-
-def seq2seq_loss(*, pad_id: int, smoothing: float = 0.0) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
-    """The ``loss_fn`` of :func:`fit` for an encoder-decoder and :class:`~transformer_book.data.Seq2SeqBatch`.
-
-    Returns ``loss_fn(model, batch) -> (loss, n_tokens)`` with ``logits = model(batch.src,
-    batch.tgt_in)`` and :func:`label_smoothed_cross_entropy` against ``batch.tgt_out``. The
-    smoothing applies only while the model is in training mode: in evaluation mode (the
-    validation of :func:`fit`) the loss is the plain cross-entropy, so that ``exp(loss)`` is
-    the perplexity.
-    """
-    if not 0.0 <= smoothing < 1.0:
-        raise ValueError(f"seq2seq_loss: smoothing must lie in [0, 1), got {smoothing}")
-
-    def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
-        logits = model(batch.src, batch.tgt_in)
-        epsilon = smoothing if model.training else 0.0
-        loss = label_smoothed_cross_entropy(logits, batch.tgt_out, pad_id=pad_id, smoothing=epsilon)
-        return loss, int((batch.tgt_out != pad_id).sum())
-
-    return loss_fn
-
-
-def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
-    """The ``loss_fn`` of :func:`fit` for a language model and ``(x, y)`` batches of next tokens
-    (:class:`~transformer_book.data.RandomWindows`): the mean cross-entropy of ``model(x)``
-    against ``y`` over every position whose target is not ``IGNORE_INDEX`` (-100; e.g. the items
-    of :class:`~transformer_book.data.incontext.InContextBatches`), label-smoothed only
-    in training mode, so that the validation loss is the plain cross-entropy (its exponential the
-    perplexity). The count it returns is the number of positions scored; a batch with none
-    scores 0 (a mean over no positions, which cross-entropy's own mean makes NaN). A target id
-    outside the vocabulary raises a ``ValueError`` (on a GPU it would be a device-side assert)."""
-    if not 0.0 <= smoothing < 1.0:
-        raise ValueError(f"language_model_loss: smoothing must lie in [0, 1), got {smoothing}")
-
-    def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
-        x, y = batch
-        logits = model(x)
-        epsilon = smoothing if model.training else 0.0
-        kept = y != IGNORE_INDEX
-        outside = kept & ((y < 0) | (y >= logits.shape[-1]))
-        scored, bad = torch.stack([kept.sum(), outside.sum()]).tolist()  # one wait for the device, not two
-        if bad:
-            raise ValueError(f"language_model_loss: {bad} target id(s) lie outside [0, {logits.shape[-1]}) "
-                             f"(and are not IGNORE_INDEX {IGNORE_INDEX})")
-        if scored == 0:  # cross-entropy's mean over no positions is 0 / 0
-            return logits.float().sum() * 0.0, 0
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), label_smoothing=epsilon,
-                               ignore_index=IGNORE_INDEX)
-        return loss, scored
-
-    return loss_fn
 
 
 @dataclass

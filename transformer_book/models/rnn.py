@@ -44,8 +44,18 @@ ATTENTIONS = (None, "bahdanau", "luong")
 
 
 def _check_attention_inputs(
-    owner: str, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, d_query: int, d_key: int
+    attention: nn.Module, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None,
+    projected_keys: torch.Tensor | None = None,
 ) -> None:
+    """For ``attention`` (a :class:`BahdanauAttention` or :class:`LuongAttention`): floating
+    ``(B, n, d_query)`` queries and ``(B, m, d_key)`` keys, a boolean mask of shape
+    ``(B, 1 or n, m)`` (or none), and precomputed ``projected_keys`` of shape
+    ``(B, m, d_attention)`` (or none)."""
+    owner, d_query, d_key = type(attention).__name__, attention.d_query, attention.d_key
+    d_attention = getattr(attention, "d_attention", None)
+    if projected_keys is not None and projected_keys.shape != keys.shape[:2] + (d_attention,):
+        raise ValueError(f"{owner}: projected_keys must have shape {tuple(keys.shape[:2]) + (d_attention,)} "
+                         f"(project_keys(keys)), got {tuple(projected_keys.shape)}")
     for name, t, width in (("query", query, d_query), ("keys", keys, d_key)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != width or not t.dtype.is_floating_point:
             what = f"shape {tuple(t.shape)}, dtype {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -118,14 +128,9 @@ class BahdanauAttention(nn.Module):
         *,
         projected_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        _check_attention_inputs("BahdanauAttention", query, keys, mask, self.d_query, self.d_key)
+        _check_attention_inputs(self, query, keys, mask, projected_keys)
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
-        elif projected_keys.shape != keys.shape[:2] + (self.d_attention,):
-            raise ValueError(
-                f"BahdanauAttention: projected_keys must have shape {tuple(keys.shape[:2]) + (self.d_attention,)} "
-                f"(project_keys(keys)), got {tuple(projected_keys.shape)}"
-            )
         # (B, n, 1, d_a) + (B, 1, m, d_a) -> (B, n, m, d_a) -> scores (B, n, m)
         hidden = torch.tanh(self.w(query).unsqueeze(2) + projected_keys.unsqueeze(1))
         scores = self.v(hidden).squeeze(-1)
@@ -165,7 +170,7 @@ class LuongAttention(nn.Module):
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        _check_attention_inputs("LuongAttention", query, keys, mask, self.d_query, self.d_key)
+        _check_attention_inputs(self, query, keys, mask)
         scores = torch.bmm(query, self.w_a(keys).transpose(1, 2))  # (B, n, m)
         weights = softmax(scores, mask)
         return torch.bmm(weights, keys), weights

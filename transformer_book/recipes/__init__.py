@@ -1,0 +1,16 @@
+"""The book's trained models as recipes: every choice of a training run in one dataclass, and one
+call that a later chapter makes to get the model a chapter trained.
+
+* :mod:`~transformer_book.recipes.translator`: chapter 7's German-to-English Transformers
+  (Multi30k and Tatoeba), used again by chapters 8 and 12;
+* :mod:`~transformer_book.recipes.bert`: chapter 13's small BERT and the compute study that
+  chose it, used again by chapters 14 and 15.
+
+Each saves its model with :func:`~transformer_book.checkpoints.save_model` to a file named after
+the chapter and the profile, and reloads it through :func:`load_or_train` (here, shared): the
+saved file when it is there, else a fresh training run, so that every chapter still runs on its own.
+"""
+
+from transformer_book.recipes.loading import checkpoint_file, load_or_train
+
+__all__ = ["checkpoint_file", "load_or_train"]

@@ -1,0 +1,47 @@
+"""Load a chapter's trained model from its file, or train it: the one load-or-train of the recipes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from transformer_book import checkpoints, data, runtime
+
+__all__ = ["checkpoint_file", "load_or_train"]
+
+
+def checkpoint_file(stem: str, profile: str | None = None) -> Path:
+    """``<cache>/checkpoints/<stem>-<profile>.pt``: one file per chapter model and profile (the
+    current one by default), so that a quick run never stands in for a full one."""
+    return data.cache_dir() / "checkpoints" / f"{stem}-{profile or runtime.profile()}.pt"
+
+
+def load_or_train(
+    path: Path,
+    train: Callable[[], tuple[nn.Module, Any, dict[str, Any]]],
+    *,
+    model_class: type[nn.Module],
+    tokenizer_class: type,
+    device: torch.device,
+    where: str,
+) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """``(model in eval mode, tokenizer, metadata)`` read from ``path`` when the file exists, else
+    ``train()``'s (which trains, saves to ``path`` and returns the same three).
+    ``metadata["source"]`` says ``"loaded"`` or ``"trained"``, ``metadata["path"]`` where.
+
+    Raises:
+        ValueError: the file holds something other than a ``model_class`` with its
+            ``tokenizer_class`` (a BERT where a translator was asked for, say), or is damaged.
+    """
+    if path.exists():
+        model, tokenizer, metadata = checkpoints.load_model(path, device=device)
+        if not isinstance(model, model_class) or not isinstance(tokenizer, tokenizer_class):
+            held = "no tokenizer" if tokenizer is None else f"a {type(tokenizer).__name__}"
+            raise ValueError(f"{where}: {path} holds a {type(model).__name__} with {held}, not a "
+                             f"{model_class.__name__} with a {tokenizer_class.__name__}")
+        return model, tokenizer, {**metadata, "source": "loaded", "path": str(path)}
+    model, tokenizer, metadata = train()
+    return model.eval(), tokenizer, {**metadata, "source": "trained", "path": str(path)}

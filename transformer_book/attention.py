@@ -13,7 +13,7 @@ with ``Q`` of shape ``(..., n, d_k)``, ``K`` of shape ``(..., m, d_k)`` and ``V`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
@@ -21,6 +21,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from transformer_book import checks
 
 __all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "ATTENTION_KERNELS",
            "prefer_attention_kernel", "heads_removed"]
@@ -192,6 +194,23 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size, where: str) -> Non
         )
 
 
+def _check_heads(where: str, d_model: int, n_heads: int, dropout: float) -> None:
+    """Positive ``d_model`` and ``n_heads``, the first divisible by the second, and a dropout rate in [0, 1)."""
+    checks.positive_int(where, d_model=d_model, n_heads=n_heads)
+    if d_model % n_heads:
+        raise ValueError(f"{where}: d_model={d_model} is not divisible by n_heads={n_heads}")
+    checks.probability(where, "dropout", dropout)
+
+
+def _check_mask_and_bias(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+    """A mask and a bias (each optional) that fit the scores of ``q`` ``(..., n, d_k)`` against ``k`` ``(..., m, d_k)``."""
+    scores_shape = q.shape[:-1] + (k.shape[-2],)
+    if mask is not None:
+        _check_mask(mask, scores_shape, "MultiHeadAttention")
+    if bias is not None:
+        _check_bias(bias, torch.empty(scores_shape, device="meta"))
+
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention: ``h`` scaled dot-product attentions side by side.
 
@@ -260,16 +279,8 @@ class MultiHeadAttention(nn.Module):
         kdim: int | None = None,
         vdim: int | None = None,
     ) -> None:
+        _check_heads("MultiHeadAttention", d_model, n_heads, dropout)
         super().__init__()
-        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"MultiHeadAttention: {name} must be a positive int, got {value!r}")
-        if d_model % n_heads:
-            raise ValueError(
-                f"MultiHeadAttention: d_model={d_model} is not divisible by n_heads={n_heads}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"MultiHeadAttention: dropout must lie in [0, 1), got {dropout}")
         self.d_model, self.n_heads, self.d_k, self.dropout = d_model, n_heads, d_model // n_heads, dropout
         self.kdim, self.vdim = kdim or d_model, vdim or d_model
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
@@ -349,18 +360,15 @@ class MultiHeadAttention(nn.Module):
         row of -inf (some return NaN for it) and the result equals the explicit path.
         ``causal`` arrives only with no mask and no bias: the kernel builds the mask itself.
         """
+        _check_mask_and_bias(q, k, mask, bias)
         if causal:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         if mask is None:
-            if bias is not None:
-                _check_bias(bias, torch.empty(q.shape[:-1] + (k.shape[-2],), device="meta"))
             return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p)
-        _check_mask(mask, q.shape[:-1] + (k.shape[-2],), "MultiHeadAttention")
         dead = mask.all(dim=-1, keepdim=True)  # (..., n, 1): queries with no key at all
         keep = ~(mask & ~dead)
         attn_mask: torch.Tensor = keep
         if bias is not None:
-            _check_bias(bias, torch.empty(q.shape[:-1] + (k.shape[-2],), device="meta"))
             attn_mask = bias.masked_fill(~keep, float("-inf"))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
         return out.masked_fill(dead, 0.0)
@@ -491,6 +499,15 @@ def prefer_attention_kernel(name: str | None, *, only: bool = False) -> Iterator
         yield
 
 
+def _checked_heads(attention: MultiHeadAttention, heads: Iterable[int]) -> list[int]:
+    if not isinstance(attention, MultiHeadAttention):
+        raise ValueError(f"heads_removed: expected a MultiHeadAttention, got {type(attention).__name__}")
+    heads = sorted(set(heads))
+    if any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < attention.n_heads for h in heads):
+        raise ValueError(f"heads_removed: heads must be ints in [0, {attention.n_heads}), got {heads}")
+    return heads
+
+
 @contextmanager
 def heads_removed(attention: MultiHeadAttention, heads: Iterator[int] | list[int] | tuple[int, ...]) -> Iterator[None]:
     r"""Within the ``with`` block, ``attention`` works without the heads ``heads`` (0-based).
@@ -505,11 +522,7 @@ def heads_removed(attention: MultiHeadAttention, heads: Iterator[int] | list[int
         ValueError: ``attention`` is not a :class:`MultiHeadAttention`, or a head index outside
             ``[0, n_heads)``.
     """
-    if not isinstance(attention, MultiHeadAttention):
-        raise ValueError(f"heads_removed: expected a MultiHeadAttention, got {type(attention).__name__}")
-    heads = sorted(set(heads))
-    if any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < attention.n_heads for h in heads):
-        raise ValueError(f"heads_removed: heads must be ints in [0, {attention.n_heads}), got {heads}")
+    heads = _checked_heads(attention, heads)  # sorted, each once
     weight, d_k = attention.w_o.weight, attention.d_k
     saved = weight.detach().clone()
     try:

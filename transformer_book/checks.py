@@ -12,7 +12,10 @@ import math
 from collections.abc import Iterable
 from numbers import Real
 
-__all__ = ["integer", "positive_int", "non_negative_int", "probability", "finite_real", "token_ids", "text"]
+import torch
+
+__all__ = ["integer", "positive_int", "non_negative_int", "probability", "finite_real", "token_ids", "text",
+           "id_tensor"]
 
 
 def _is_int(value: object) -> bool:
@@ -79,4 +82,16 @@ def text(where: str, value: object) -> str:
     except UnicodeEncodeError as err:  # a lone surrogate, say from a badly decoded file
         raise ValueError(f"{where}: the text is not valid Unicode ({err.reason} at position {err.start}: "
                          f"{value[err.start:err.end]!r})") from None
+    return value
+
+
+def id_tensor(where: str, name: str, value: object, shape: str = "(B, m)") -> torch.Tensor:
+    """``value`` if it is an integer tensor (not bool, float or complex) with as many axes as
+    ``shape`` names, e.g. ``"(B, m)"``."""
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{where}: {name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.dim() != shape.count(",") + 1:
+        raise ValueError(f"{where}: {name} must have shape {shape}, got shape {tuple(value.shape)}")
+    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        raise ValueError(f"{where}: {name} must hold integer ids, got dtype {value.dtype}")
     return value

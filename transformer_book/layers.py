@@ -33,6 +33,22 @@ _ACTIVATIONS = {
 }
 
 
+def _check_features(where: str, x: torch.Tensor, d_model: int) -> None:
+    """A floating-point ``x`` whose last axis has ``d_model`` features."""
+    if x.shape[-1:] != (d_model,):
+        raise ValueError(f"{where}: expected (..., {d_model}), got shape {tuple(x.shape)}")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{where}: x must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def _check_ffn(where: str, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+    """Positive widths, a dropout rate in [0, 1) and a known activation."""
+    checks.positive_int(where, d_model=d_model, d_ff=d_ff)
+    checks.probability(where, "dropout", dropout)
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{where}: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+
+
 def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     r"""Layer normalisation over the last axis, written out as chapter 5 derives it.
 
@@ -90,10 +106,7 @@ class LayerNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}" + ("" if self.fused else ", fused=False")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1:] != (self.d_model,):
-            raise ValueError(f"LayerNorm: expected (..., {self.d_model}), got shape {tuple(x.shape)}")
-        if not x.dtype.is_floating_point:
-            raise ValueError(f"LayerNorm: x must be a floating-point tensor, got dtype {x.dtype}")
+        _check_features("LayerNorm", x, self.d_model)
         if self.fused:
             return F.layer_norm(x, (self.d_model,), self.gamma, self.beta, self.eps)
         return layer_norm(x, self.gamma, self.beta, self.eps)
@@ -112,11 +125,8 @@ class PositionwiseFeedForward(nn.Module):
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+        _check_ffn("PositionwiseFeedForward", d_model, d_ff, dropout, activation)
         super().__init__()
-        checks.positive_int("PositionwiseFeedForward", d_model=d_model, d_ff=d_ff)
-        checks.probability("PositionwiseFeedForward", "dropout", dropout)
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"PositionwiseFeedForward: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)

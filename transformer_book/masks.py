@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from transformer_book import checks
+
 __all__ = ["padding_mask", "causal_mask", "combine_masks"]
 
 
@@ -39,14 +41,7 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     Raises:
         ValueError: if ``tokens`` is not a 2-D integer tensor.
     """
-    if not isinstance(tokens, torch.Tensor):
-        raise ValueError(f"padding_mask: tokens must be a torch.Tensor, got {type(tokens).__name__}")
-    if tokens.dim() != 2:
-        raise ValueError(
-            f"padding_mask: tokens must have shape (B, m), got shape {tuple(tokens.shape)}"
-        )
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise ValueError(f"padding_mask: tokens must hold integer ids, got dtype {tokens.dtype}")
+    checks.id_tensor("padding_mask", "tokens", tokens, "(B, m)")
     return (tokens == pad_id).unsqueeze(1)
 
 
@@ -68,8 +63,7 @@ def causal_mask(m: int, device: torch.device | str | None = None) -> torch.Tenso
     Raises:
         ValueError: if ``m`` is not a positive integer.
     """
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"causal_mask: m must be a positive int, got {m!r}")
+    checks.positive_int("causal_mask", m=m)
     return torch.ones(m, m, dtype=torch.bool, device=device).triu(diagonal=1)
 
 

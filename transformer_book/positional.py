@@ -112,11 +112,7 @@ def sinusoidal_encoding(
     Raises:
         ValueError: if ``n_positions``, ``d_model``, ``base`` or ``dtype`` is invalid.
     """
-    where = "sinusoidal_encoding"
-    _check_int(n_positions, "n_positions", where, minimum=1)
-    _check_even(d_model, "d_model", where)
-    _check_base(base, where)
-    _check_float_dtype(dtype, where)
+    _check_table("sinusoidal_encoding", d_model, base, dtype, n_positions=n_positions)
     positions = torch.arange(n_positions, dtype=torch.float64)
     angles = positions[:, None] * _frequencies(d_model, base)[None, :]  # (n, d/2)
     pe = torch.empty(n_positions, d_model, dtype=torch.float64)
@@ -179,12 +175,7 @@ def offset_matrix(
     Raises:
         ValueError: if ``k``, ``d_model``, ``base`` or ``dtype`` is invalid.
     """
-    where = "offset_matrix"
-    if isinstance(k, bool) or not isinstance(k, Real) or not math.isfinite(float(k)):
-        raise ValueError(f"{where}: k must be a finite int or float, got {k!r}")
-    _check_even(d_model, "d_model", where)
-    _check_base(base, where)
-    _check_float_dtype(dtype, where)
+    _check_table("offset_matrix", d_model, base, dtype, offset=k)
     angles = float(k) * _frequencies(d_model, base)  # (d/2,)
     cos, sin = torch.cos(angles), torch.sin(angles)
     m = torch.zeros(d_model, d_model, dtype=torch.float64)
@@ -601,25 +592,9 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Rotate ``x`` of shape ``(..., n, d_head)``; ``positions`` default to ``0, ..., n-1``."""
-        where = type(self).__name__
-        if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
-            what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{where}: x must be a floating-point tensor, got {what}")
-        if x.dim() < 2 or x.shape[-1] != self.d_head:
-            raise ValueError(
-                f"{where}: x must have shape (..., n, d_head={self.d_head}), "
-                f"got shape {tuple(x.shape)}"
-            )
-        n = x.shape[-2]
+        _check_rotary_input(type(self).__name__, x, positions, self.d_head)
         if positions is None:
-            positions = torch.arange(n, device=x.device)
-        elif (
-            not isinstance(positions, torch.Tensor)
-            or positions.dim() < 1
-            or positions.shape[-1] != n
-        ):
-            what = _describe(positions)
-            raise ValueError(f"{where}: positions must have shape (..., n={n}), got {what}")
+            positions = torch.arange(x.shape[-2], device=x.device)
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         angles = self.rotation_angles(positions.to(x.device), dtype=compute)  # (..., n, d/2)
         cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
@@ -755,6 +730,34 @@ def _check_base(base: object, where: str) -> None:
 def _check_float_dtype(dtype: object, where: str) -> None:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"{where}: dtype must be a floating torch.dtype, got {dtype!r}")
+
+
+def _check_table(where: str, d_model: object, base: object, dtype: object, *, n_positions: object = None,
+                 offset: object = None) -> None:
+    """The arguments of a sinusoidal table (:func:`sinusoidal_encoding`) or of its rotation
+    (:func:`offset_matrix`): an even ``d_model``, a ``base`` above 1, a floating dtype, and a
+    positive ``n_positions`` or a finite ``offset`` when given."""
+    if n_positions is not None:
+        _check_int(n_positions, "n_positions", where, minimum=1)
+    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, Real)
+                               or not math.isfinite(float(offset))):
+        raise ValueError(f"{where}: k must be a finite int or float, got {offset!r}")
+    _check_even(d_model, "d_model", where)
+    _check_base(base, where)
+    _check_float_dtype(dtype, where)
+
+
+def _check_rotary_input(where: str, x: object, positions: object, d_head: int) -> None:
+    """A floating ``x`` of shape ``(..., n, d_head)`` and ``positions`` of shape ``(..., n)`` (or none)."""
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{where}: x must be a floating-point tensor, got {what}")
+    if x.dim() < 2 or x.shape[-1] != d_head:
+        raise ValueError(f"{where}: x must have shape (..., n, d_head={d_head}), got shape {tuple(x.shape)}")
+    n = x.shape[-2]
+    if positions is not None and (not isinstance(positions, torch.Tensor) or positions.dim() < 1
+                                  or positions.shape[-1] != n):
+        raise ValueError(f"{where}: positions must have shape (..., n={n}), got {_describe(positions)}")
 
 
 def _check_dropout(p: object, where: str) -> None:

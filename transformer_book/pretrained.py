@@ -17,6 +17,7 @@ functions here accept a model object or a plain state dict, so only the caller n
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import torch
@@ -25,7 +26,8 @@ from torch import nn
 from transformer_book.models.bert import BERT, BERTConfig
 from transformer_book.models.gpt import GPT, GPTConfig
 
-__all__ = ["bert_config_from_hf", "bert_parameter_names", "load_hf_bert", "gpt_config_from_hf", "load_hf_gpt2"]
+__all__ = ["hub_reachable", "bert_config_from_hf", "bert_parameter_names", "load_hf_bert", "gpt_config_from_hf",
+           "load_hf_gpt2"]
 
 _LAYER = {
     "attention.self.query": "self_attn.w_q",
@@ -36,6 +38,16 @@ _LAYER = {
     "output.dense": "ffn.linear2",
 }
 _LAYER_NORMS = {"attention.output.LayerNorm": "norm1", "output.LayerNorm": "norm2"}
+
+
+def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to ``host`` on port 443 opens within ``timeout`` seconds: the
+    chapters ask before downloading a Hugging Face checkpoint, and skip the comparison offline."""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def bert_config_from_hf(hf_config: Any, **changes: Any) -> BERTConfig:
@@ -161,6 +173,13 @@ def gpt_config_from_hf(hf_config: Any, **changes: Any) -> GPTConfig:
     return GPTConfig(**{**values, **changes})
 
 
+def _check_gpt2_config(config: GPTConfig) -> None:
+    if not isinstance(config, GPTConfig):
+        raise ValueError(f"load_hf_gpt2: config must be a GPTConfig, got {type(config).__name__}")
+    if config.activation != "gelu_tanh" or not config.tie_output:
+        raise ValueError("load_hf_gpt2: GPT-2 needs activation='gelu_tanh' and tie_output=True (see gpt_config_from_hf)")
+
+
 def load_hf_gpt2(source: nn.Module | dict[str, torch.Tensor], config: GPTConfig) -> GPT:
     """A :class:`~transformer_book.models.gpt.GPT` holding the weights of a ``transformers``
     ``GPT2LMHeadModel`` or ``GPT2Model`` (a model, or its ``state_dict``).
@@ -169,10 +188,7 @@ def load_hf_gpt2(source: nn.Module | dict[str, torch.Tensor], config: GPTConfig)
         ValueError: ``config`` without ``activation="gelu_tanh"`` or with an untied output, a
             tensor whose shape does not match, or names the mapping does not know.
     """
-    if not isinstance(config, GPTConfig):
-        raise ValueError(f"load_hf_gpt2: config must be a GPTConfig, got {type(config).__name__}")
-    if config.activation != "gelu_tanh" or not config.tie_output:
-        raise ValueError("load_hf_gpt2: GPT-2 needs activation='gelu_tanh' and tie_output=True (see gpt_config_from_hf)")
+    _check_gpt2_config(config)
     state = source.state_dict() if isinstance(source, nn.Module) else dict(source)
     if state and not any(k.startswith("transformer.") for k in state):  # a GPT2Model's own names
         state = {f"transformer.{k}": v for k, v in state.items()}

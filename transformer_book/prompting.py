@@ -59,6 +59,38 @@ def label_word_ids(encode: Callable[[str], Sequence[int]], words: Sequence[str])
     return ids
 
 
+def _check_template(template: str) -> None:
+    if template.count(TEXT_SLOT) != 1 or template.count(MASK_SLOT) != 1:
+        raise ValueError(f"cloze_inputs: the template must hold {TEXT_SLOT} and {MASK_SLOT} once each, got {template!r}")
+
+
+def _room_for_text(parts: list, max_len: int) -> int:
+    """The pieces left for the text in ``max_len``; refuses a template that leaves none."""
+    fixed = sum(len(p) for p in parts if isinstance(p, list)) + 1 + 2
+    if max_len - fixed < 1:
+        raise ValueError(f"cloze_inputs: the template takes {fixed} of max_len={max_len} pieces; no room for the text")
+    return max_len - fixed
+
+
+def _check_one_mask(tokens: torch.Tensor, mask_id: int) -> None:
+    counts = (tokens == mask_id).sum(dim=1)
+    if not bool((counts == 1).all()):
+        bad = int((counts != 1).nonzero()[0, 0])
+        raise ValueError(f"mask_log_probs: row {bad} holds {int(counts[bad])} masks (id {mask_id}); exactly one is needed")
+
+
+def _check_prompts(prompts: Sequence[Sequence[int]], context: int) -> None:
+    for i, prompt in enumerate(prompts):
+        if not 1 <= len(prompt) <= context:
+            raise ValueError(f"next_token_log_probs: prompt {i} has {len(prompt)} tokens; 1 to {context} are allowed")
+
+
+def _check_calibration(scores: torch.Tensor, content_free: torch.Tensor) -> None:
+    if scores.dim() != 2 or content_free.reshape(-1).shape[0] != scores.shape[1]:
+        raise ValueError(f"calibrate: scores {tuple(scores.shape)} and content-free scores "
+                         f"{tuple(content_free.reshape(-1).shape)} do not match")
+
+
 def cloze_inputs(encode: Callable[[str], Sequence[int]], texts: Sequence[str], template: str, *, cls_id: int,
                  sep_id: int, mask_id: int, max_len: int) -> list[list[int]]:
     """``[CLS] template(text) [SEP]`` for every text, with the template's ``[MASK]`` as ``mask_id``.
@@ -71,14 +103,10 @@ def cloze_inputs(encode: Callable[[str], Sequence[int]], texts: Sequence[str], t
         ValueError: a template without exactly one of each slot, or one that leaves no room for
             the text in ``max_len``.
     """
-    if template.count(TEXT_SLOT) != 1 or template.count(MASK_SLOT) != 1:
-        raise ValueError(f"cloze_inputs: the template must hold {TEXT_SLOT} and {MASK_SLOT} once each, got {template!r}")
+    _check_template(template)
     # the template's words are encoded once; a slot stays a str until each text fills it
     parts = [p if p in (TEXT_SLOT, MASK_SLOT) else list(encode(p)) if p.strip() else [] for p in _split(template)]
-    fixed = sum(len(p) for p in parts if isinstance(p, list)) + 1 + 2
-    room = max_len - fixed
-    if room < 1:
-        raise ValueError(f"cloze_inputs: the template takes {fixed} of max_len={max_len} pieces; no room for the text")
+    room = _room_for_text(parts, max_len)  # max_len less [CLS], [SEP], the mask and the template's words
     out = []
     for text in texts:
         ids = [cls_id]
@@ -108,10 +136,7 @@ def mask_log_probs(model: BERT, tokens: torch.Tensor, *, mask_id: int,
     Raises:
         ValueError: a row without a mask, or with more than one.
     """
-    counts = (tokens == mask_id).sum(dim=1)
-    if not bool((counts == 1).all()):
-        bad = int((counts != 1).nonzero()[0, 0])
-        raise ValueError(f"mask_log_probs: row {bad} holds {int(counts[bad])} masks (id {mask_id}); exactly one is needed")
+    _check_one_mask(tokens, mask_id)
     was_training = model.training
     model.eval()
     try:
@@ -148,10 +173,7 @@ def next_token_log_probs(model: GPT, prompts: Sequence[Sequence[int]], *, pad_id
     Raises:
         ValueError: an empty prompt, or one longer than the model's context.
     """
-    for i, prompt in enumerate(prompts):
-        if not 1 <= len(prompt) <= model.config.context:
-            raise ValueError(f"next_token_log_probs: prompt {i} has {len(prompt)} tokens; 1 to "
-                             f"{model.config.context} are allowed")
+    _check_prompts(prompts, model.config.context)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -178,8 +200,5 @@ def calibrate(scores: torch.Tensor, content_free: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: shapes that do not match.
     """
-    content_free = content_free.reshape(-1)
-    if scores.dim() != 2 or content_free.shape[0] != scores.shape[1]:
-        raise ValueError(f"calibrate: scores {tuple(scores.shape)} and content-free scores "
-                         f"{tuple(content_free.shape)} do not match")
-    return scores - content_free
+    _check_calibration(scores, content_free)
+    return scores - content_free.reshape(-1)

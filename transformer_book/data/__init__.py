@@ -13,7 +13,14 @@ from transformer_book.data.batching import (
     encode_pairs,
     pad_sequences,
 )
-from transformer_book.data.corpora import ODYSSEY_CLEAN_SHA256, load_odyssey, strip_gutenberg
+from transformer_book.data.corpora import (
+    ODYSSEY_CLEAN_SHA256,
+    CharCorpus,
+    char_corpus,
+    load_odyssey,
+    load_tiny_shakespeare,
+    strip_gutenberg,
+)
 from transformer_book.data.download import (
     ChecksumMismatchError,
     DataError,
@@ -69,6 +76,9 @@ __all__ = [
     "get_corpus",
     "load_multi30k",
     "load_odyssey",
+    "load_tiny_shakespeare",
+    "char_corpus",
+    "CharCorpus",
     "load_sst2",
     "load_tatoeba",
     "load_wikitext2",

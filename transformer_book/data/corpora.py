@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+
+import torch
 
 from transformer_book.data.download import fetch
 
@@ -54,3 +57,68 @@ def load_odyssey(*, download: bool = True) -> str:
     """
     path = fetch("odyssey", "odyssey_pg1727.txt", download=download)
     return strip_gutenberg(path.read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class CharCorpus:
+    """A text as character ids: the vocabulary is the sorted set of its characters, and the ids
+    are split in order, the first ``train_share`` for training and the rest for validation.
+
+    Attributes:
+        text: the whole text.
+        chars: the vocabulary, ``chars[i]`` the character of id ``i``.
+        ids: ``(N,)`` int64, the whole text.
+        train_ids: ``(N_train,)`` int64, the first part.
+        val_ids: ``(N - N_train,)`` int64, the rest.
+    """
+
+    text: str
+    chars: list[str]
+    ids: torch.Tensor
+    train_ids: torch.Tensor
+    val_ids: torch.Tensor
+    stoi: dict[str, int] = field(repr=False)
+    """character -> id"""
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> torch.Tensor:
+        """``(len(text),)`` int64 ids; a character outside the vocabulary raises a ValueError."""
+        unknown = sorted(set(text) - self.stoi.keys())
+        if unknown:
+            raise ValueError(f"CharCorpus.encode: characters {unknown[:5]} are not in the vocabulary")
+        return torch.tensor([self.stoi[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: torch.Tensor | list[int]) -> str:
+        """The characters of ``ids`` (a 1-D tensor or list)."""
+        values = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return "".join(self.chars[int(i)] for i in values)
+
+
+def char_corpus(text: str, train_share: float = 0.9) -> CharCorpus:
+    """``text`` as a :class:`CharCorpus`, the first ``train_share`` of it for training.
+
+    Raises:
+        ValueError: an empty text, or ``train_share`` outside (0, 1).
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError("char_corpus: text must be a non-empty str")
+    if not 0.0 < train_share < 1.0:
+        raise ValueError(f"char_corpus: train_share must lie in (0, 1), got {train_share!r}")
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    split = int(train_share * len(ids))
+    return CharCorpus(text, chars, ids, ids[:split], ids[split:], stoi)
+
+
+def load_tiny_shakespeare(*, download: bool = True) -> CharCorpus:
+    """Tiny Shakespeare (Karpathy's char-rnn corpus, 1,115,394 characters, 65 distinct) as a
+    :class:`CharCorpus` split 90/10 in order, the corpus of chapters 2 to 5 and 9.
+
+    Raises:
+        DataUnavailableError, ChecksumMismatchError: as :func:`fetch`.
+    """
+    return char_corpus(fetch("tinyshakespeare", "input.txt", download=download).read_text(encoding="utf-8"))

@@ -34,12 +34,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX, InContextBatch
 
 __all__ = ["InContextTask", "InContextBatch", "InContextBatches", "SPLITS"]
 
 SPLITS = ("train", "test")
 """The two sets of label assignments, the one trained on and the one held out."""
+
+
+def _check_sample(n: int, split: str) -> None:
+    checks.positive_int("InContextTask.sample", n=n)
+    if split not in SPLITS:
+        raise ValueError(f"InContextTask.sample: split must be one of {SPLITS}, got {split!r}")
 
 
 @dataclass(frozen=True)
@@ -120,10 +127,7 @@ class InContextTask:
     def sample(self, n: int, generator: torch.Generator, *, split: str = "train") -> torch.Tensor:
         """``(n, length)`` sequences ``[BOS] x_1 y_1 ... x_P y_P``: each draws an assignment of
         ``split``, then every item uniformly (its group uniformly, then a word of the group)."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"InContextTask.sample: n must be a positive int, got {n!r}")
-        if split not in SPLITS:
-            raise ValueError(f"InContextTask.sample: split must be one of {SPLITS}, got {split!r}")
+        _check_sample(n, split)
         table = _assignments(self, split)
         chosen = table[torch.randint(len(table), (n,), generator=generator)]                 # (n, G)
         groups = torch.randint(self.n_groups, (n, self.n_pairs), generator=generator)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from transformer_book import checks
+
 __all__ = ["CONTEXT_WEIGHTINGS", "cooccurrence_matrix"]
 
 #: How a context at distance ``d`` of a window of ``L`` words is counted.
@@ -13,6 +15,21 @@ CONTEXT_WEIGHTINGS = {
     "linear": lambda d, L: (L - d + 1) / L,  # word2vec's reduced window, in expectation
     "harmonic": lambda d, L: 1.0 / d,  # GloVe
 }
+
+
+def _checked_ids(ids: np.ndarray, vocab_size: int, window: int, weighting: str) -> np.ndarray:
+    """The arguments of :func:`cooccurrence_matrix` checked, and ``ids`` as an int64 array."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"cooccurrence_matrix: ids must be a 1-D integer array, got {ids.dtype} of shape {ids.shape}")
+    checks.positive_int("cooccurrence_matrix", window=window)
+    if vocab_size < 1:
+        raise ValueError(f"cooccurrence_matrix: vocab_size must be positive, got {vocab_size}")
+    if weighting not in CONTEXT_WEIGHTINGS:
+        raise ValueError(f"cooccurrence_matrix: unknown weighting {weighting!r}; known: {', '.join(CONTEXT_WEIGHTINGS)}")
+    if ids.size and (ids.min() < -1 or ids.max() >= vocab_size):
+        raise ValueError(f"cooccurrence_matrix: ids must lie in [-1, {vocab_size}), got range [{ids.min()}, {ids.max()}]")
+    return ids.astype(np.int64, copy=False)
 
 
 def cooccurrence_matrix(ids: np.ndarray, vocab_size: int, window: int, weighting: str = "uniform") -> sp.csr_matrix:
@@ -42,20 +59,7 @@ def cooccurrence_matrix(ids: np.ndarray, vocab_size: int, window: int, weighting
         ValueError: for a non-1-D or non-integer ``ids``, ids out of range, ``window < 1`` or
             an unknown weighting.
     """
-    ids = np.asarray(ids)
-    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"cooccurrence_matrix: ids must be a 1-D integer array, got {ids.dtype} of shape {ids.shape}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"cooccurrence_matrix: window must be a positive int, got {window!r}")
-    if vocab_size < 1:
-        raise ValueError(f"cooccurrence_matrix: vocab_size must be positive, got {vocab_size}")
-    if weighting not in CONTEXT_WEIGHTINGS:
-        raise ValueError(f"cooccurrence_matrix: unknown weighting {weighting!r}; known: {', '.join(CONTEXT_WEIGHTINGS)}")
-    if ids.size and (ids.min() < -1 or ids.max() >= vocab_size):
-        raise ValueError(
-            f"cooccurrence_matrix: ids must lie in [-1, {vocab_size}), got range [{ids.min()}, {ids.max()}]"
-        )
-    ids = ids.astype(np.int64, copy=False)
+    ids = _checked_ids(ids, vocab_size, window, weighting)  # (N,) int64, -1 between sentences
     shape = (vocab_size, vocab_size)
     forward = sp.csr_matrix(shape, dtype=np.float64)  # (x_t, x_{t+delta}) for delta > 0
     for delta in range(1, window + 1):

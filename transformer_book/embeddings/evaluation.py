@@ -255,6 +255,31 @@ def _ratio(correct: int, answered: int) -> float:
     return correct / answered if answered else math.nan
 
 
+def _check_analogy_args(vectors: np.ndarray, words: Sequence[str], method: str, restrict_vocab: int | None) -> np.ndarray:
+    """The arguments of :func:`analogy_accuracy` checked; ``vectors`` as a float array."""
+    if method not in ("add", "mul"):
+        raise ValueError(f"analogy_accuracy: method must be 'add' (3CosAdd) or 'mul' (3CosMul), got {method!r}")
+    if restrict_vocab is not None and (
+        isinstance(restrict_vocab, bool) or not isinstance(restrict_vocab, int) or restrict_vocab < 1
+    ):
+        raise ValueError(f"analogy_accuracy: restrict_vocab must be None or an int >= 1, got {restrict_vocab!r}")
+    return _check_vectors("analogy_accuracy", vectors, words)
+
+
+def _question_ids(questions: Sequence[Sequence[str]], index: dict[str, int]) -> np.ndarray:
+    """``(Q, 4)`` int64 ids of the questions' words, -1 for a word outside ``index``; refuses a
+    question that is not four words, and a list of which none can be answered."""
+    ids = np.full((len(questions), 4), -1, dtype=np.int64)
+    for k, question in enumerate(questions):
+        if len(question) != 4:
+            raise ValueError(f"analogy_accuracy: a question must be four words (a, b, c, d), got {question!r}")
+        ids[k] = [index.get(word, -1) for word in question]
+    if not (ids >= 0).all(axis=1).any():
+        raise ValueError(f"analogy_accuracy: none of the {len(questions)} questions has all four words among the "
+                         f"{len(index)} candidate words")
+    return ids
+
+
 def analogy_accuracy(
     vectors: np.ndarray,
     words: Sequence[str],
@@ -302,27 +327,14 @@ def analogy_accuracy(
         ValueError: an unknown ``method``, a ``restrict_vocab`` below 1, a question that is not
             four words, no question answerable, or bad ``vectors`` as in :func:`word_similarity`.
     """
-    if method not in ("add", "mul"):
-        raise ValueError(f"analogy_accuracy: method must be 'add' (3CosAdd) or 'mul' (3CosMul), got {method!r}")
-    if restrict_vocab is not None and (
-        isinstance(restrict_vocab, bool) or not isinstance(restrict_vocab, int) or restrict_vocab < 1
-    ):
-        raise ValueError(f"analogy_accuracy: restrict_vocab must be None or an int >= 1, got {restrict_vocab!r}")
-    vectors = _check_vectors("analogy_accuracy", vectors, words)
+    vectors = _check_analogy_args(vectors, words, method, restrict_vocab)
     n_candidates = len(words) if restrict_vocab is None else min(restrict_vocab, len(words))
     index = _first_index(words[:n_candidates])
 
     sections = list(questions.items()) if isinstance(questions, Mapping) else [("", questions)]
     flat = [question for _, group in sections for question in group]
-    ids = np.full((len(flat), 4), -1, dtype=np.int64)
-    for k, question in enumerate(flat):
-        if len(question) != 4:
-            raise ValueError(f"analogy_accuracy: a question must be four words (a, b, c, d), got {question!r}")
-        ids[k] = [index.get(word, -1) for word in question]
+    ids = _question_ids(flat, index)  # (Q, 4), -1 for a word outside the candidates
     answered = (ids >= 0).all(axis=1)
-    if not answered.any():
-        raise ValueError(f"analogy_accuracy: none of the {len(flat)} questions has all four words among the "
-                         f"{n_candidates} candidate words")
 
     predicted = np.full(len(flat), -1, dtype=np.int64)
     predicted[answered] = _solve(vectors[:n_candidates], ids[answered, :3], method)

@@ -44,6 +44,11 @@ def glove_weight(x: torch.Tensor, x_max: float = 100.0, alpha: float = 0.75) -> 
     return torch.clamp(x / x_max, max=1.0).pow(alpha)
 
 
+def _check_positive_counts(counts: torch.Tensor) -> None:
+    if bool((counts <= 0).any()):
+        raise ValueError("glove_loss: counts must be positive (only the non-zero entries enter the loss)")
+
+
 def glove_loss(
     w: torch.Tensor,
     w_tilde: torch.Tensor,
@@ -76,8 +81,7 @@ def glove_loss(
     Raises:
         ValueError: a count that is not positive (its logarithm is undefined).
     """
-    if bool((counts <= 0).any()):
-        raise ValueError("glove_loss: counts must be positive (only the non-zero entries enter the loss)")
+    _check_positive_counts(counts)
     residual = (w[rows] * w_tilde[cols]).sum(dim=-1) + b[rows] + b_tilde[cols] - torch.log(counts)
     return (glove_weight(counts, x_max, alpha) * residual.square()).sum()
 

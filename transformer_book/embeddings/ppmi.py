@@ -32,6 +32,23 @@ def pmi(counts: sp.spmatrix | np.ndarray, alpha: float = 1.0) -> np.ndarray:
         return np.log(dense / total) - np.log(p_w) - np.log(p_c)
 
 
+def _checked_counts(counts: sp.spmatrix | np.ndarray, alpha: float, shift: float) -> sp.csr_matrix:
+    """The arguments of :func:`ppmi` checked, and ``counts`` as a CSR float64 matrix without stored zeros."""
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError(f"ppmi: alpha must lie in (0, 1], got {alpha}")
+    if shift < 1.0:
+        raise ValueError(f"ppmi: shift k must be >= 1, got {shift}")
+    counts = sp.csr_matrix(counts, dtype=np.float64)
+    counts.eliminate_zeros()
+    if counts.nnz == 0:
+        raise ValueError("ppmi: the count matrix has no non-zero entry")
+    if not np.isfinite(counts.data).all():
+        raise ValueError(f"ppmi: counts must be finite, got {int((~np.isfinite(counts.data)).sum())} NaN or inf entries")
+    if counts.data.min() < 0:
+        raise ValueError("ppmi: counts must be non-negative")
+    return counts
+
+
 def ppmi(counts: sp.spmatrix, alpha: float = 0.75, shift: float = 1.0) -> sp.csr_matrix:
     """Positive pointwise mutual information with context-distribution smoothing.
 
@@ -56,18 +73,7 @@ def ppmi(counts: sp.spmatrix, alpha: float = 0.75, shift: float = 1.0) -> sp.csr
     Raises:
         ValueError: for negative, NaN or infinite counts, an empty matrix, ``alpha`` outside ``(0, 1]`` or ``shift < 1``.
     """
-    if not 0.0 < alpha <= 1.0:
-        raise ValueError(f"ppmi: alpha must lie in (0, 1], got {alpha}")
-    if shift < 1.0:
-        raise ValueError(f"ppmi: shift k must be >= 1, got {shift}")
-    counts = sp.csr_matrix(counts, dtype=np.float64)
-    counts.eliminate_zeros()
-    if counts.nnz == 0:
-        raise ValueError("ppmi: the count matrix has no non-zero entry")
-    if not np.isfinite(counts.data).all():
-        raise ValueError(f"ppmi: counts must be finite, got {int((~np.isfinite(counts.data)).sum())} NaN or inf entries")
-    if counts.data.min() < 0:
-        raise ValueError("ppmi: counts must be non-negative")
+    counts = _checked_counts(counts, alpha, shift)  # CSR float64, explicit zeros dropped
     total = counts.data.sum()
     word = np.asarray(counts.sum(axis=1)).ravel()  # #(w)
     context = np.asarray(counts.sum(axis=0)).ravel() ** alpha  # #(c)^alpha

@@ -9,6 +9,15 @@ import scipy.sparse.linalg as spla
 __all__ = ["svd_embeddings", "truncated_svd"]
 
 
+def _check_rank(matrix: sp.spmatrix | np.ndarray, k: int) -> None:
+    """A 2-D matrix and a rank ``k`` in ``[1, min(shape))``."""
+    if matrix.ndim != 2:
+        raise ValueError(f"truncated_svd: matrix must be 2-D, got {matrix.ndim}-D")
+    smallest = min(matrix.shape)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < smallest:
+        raise ValueError(f"truncated_svd: k must be an int in [1, {smallest}), got {k!r}")
+
+
 def truncated_svd(matrix: sp.spmatrix | np.ndarray, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest singular values of ``matrix`` and their left singular vectors.
 
@@ -30,11 +39,8 @@ def truncated_svd(matrix: sp.spmatrix | np.ndarray, k: int, seed: int = 0) -> tu
     Raises:
         ValueError: for ``k`` out of range or a non-2-D matrix.
     """
-    if matrix.ndim != 2:
-        raise ValueError(f"truncated_svd: matrix must be 2-D, got {matrix.ndim}-D")
+    _check_rank(matrix, k)
     smallest = min(matrix.shape)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < smallest:
-        raise ValueError(f"truncated_svd: k must be an int in [1, {smallest}), got {k!r}")
     start = np.random.default_rng(seed).standard_normal(smallest)
     u, s, _ = spla.svds(sp.csr_matrix(matrix, dtype=np.float64), k=k, v0=start)
     order = np.argsort(-s)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.std import tqdm
 
+from transformer_book import checks
 from transformer_book.embeddings.contexts import (
     EncodedCorpus,
     FlatWindows,
@@ -117,6 +118,11 @@ def sgns_gradients(
     return grad_v, grad_u_pos, grad_u_neg, loss
 
 
+def _check_int64(where: str, targets: torch.Tensor) -> None:
+    if targets.dtype != torch.int64:
+        raise ValueError(f"{where}: targets must be int64 ids, got {targets.dtype}")
+
+
 def softmax_loss(v: torch.Tensor, w_out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Full-softmax skip-gram (or CBOW) loss, summed over a batch: the cost that negative
     sampling avoids, :math:`O(|V| d)` per pair instead of :math:`O(k d)`.
@@ -128,8 +134,7 @@ def softmax_loss(v: torch.Tensor, w_out: torch.Tensor, targets: torch.Tensor) ->
         w_out: ``(|V|, d)`` all output vectors.
         targets: ``(B,)`` int64 ids of the observed words.
     """
-    if targets.dtype != torch.int64:
-        raise ValueError(f"softmax_loss: targets must be int64 ids, got {targets.dtype}")
+    _check_int64("softmax_loss", targets)
     return F.cross_entropy(v @ w_out.T, targets, reduction="sum")
 
 
@@ -178,29 +183,32 @@ class Word2VecConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"Word2VecConfig: unknown architecture {self.architecture!r}; known: "
-                             f"{', '.join(ARCHITECTURES)}")
-        for name in ("dim", "window", "negatives", "epochs", "batch_size", "shared_negatives"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Word2VecConfig: {name} must be a positive int, got {value!r}")
-        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"Word2VecConfig: lr must be a positive number, got {self.lr!r}")
-        if not 0 < self.min_lr_ratio <= 1:
-            raise ValueError(f"Word2VecConfig: min_lr_ratio must lie in (0, 1], got {self.min_lr_ratio!r}")
-        if not self.sample >= 0:
-            raise ValueError(f"Word2VecConfig: sample must be >= 0, got {self.sample!r}")
-        if not 0 <= self.noise_power <= 1:
-            raise ValueError(f"Word2VecConfig: noise_power must lie in [0, 1], got {self.noise_power!r}")
-        if not self.row_step_cap >= 1:
-            raise ValueError(f"Word2VecConfig: row_step_cap must be >= 1, got {self.row_step_cap!r}")
+        _check_config(self)
 
     @property
     def initial_lr(self) -> float:
         if self.lr is not None:
             return self.lr
         return 0.025 if self.architecture == "skipgram" else 0.05
+
+
+def _check_config(config: Word2VecConfig) -> None:
+    """Every field of a :class:`Word2VecConfig` in its range."""
+    if config.architecture not in ARCHITECTURES:
+        raise ValueError(f"Word2VecConfig: unknown architecture {config.architecture!r}; known: "
+                         f"{', '.join(ARCHITECTURES)}")
+    checks.positive_int("Word2VecConfig", **{name: getattr(config, name) for name in (
+        "dim", "window", "negatives", "epochs", "batch_size", "shared_negatives")})
+    if config.lr is not None and not (math.isfinite(config.lr) and config.lr > 0):
+        raise ValueError(f"Word2VecConfig: lr must be a positive number, got {config.lr!r}")
+    if not 0 < config.min_lr_ratio <= 1:
+        raise ValueError(f"Word2VecConfig: min_lr_ratio must lie in (0, 1], got {config.min_lr_ratio!r}")
+    if not config.sample >= 0:
+        raise ValueError(f"Word2VecConfig: sample must be >= 0, got {config.sample!r}")
+    if not 0 <= config.noise_power <= 1:
+        raise ValueError(f"Word2VecConfig: noise_power must lie in [0, 1], got {config.noise_power!r}")
+    if not config.row_step_cap >= 1:
+        raise ValueError(f"Word2VecConfig: row_step_cap must be >= 1, got {config.row_step_cap!r}")
 
 
 @dataclass

@@ -27,6 +27,15 @@ from transformer_book.positional import LearnedPositionalEmbedding, SinusoidalPo
 __all__ = ["Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_right"]
 
 
+def _check_targets(where: str, targets: torch.Tensor) -> None:
+    """A ``(B, n)`` integer tensor with at least one position."""
+    if not isinstance(targets, torch.Tensor) or targets.dim() != 2 or targets.dtype.is_floating_point or targets.dtype == torch.bool:
+        what = f"shape {tuple(targets.shape)}, dtype {targets.dtype}" if isinstance(targets, torch.Tensor) else type(targets).__name__
+        raise ValueError(f"{where}: targets must be a (B, n) integer tensor, got {what}")
+    if targets.shape[1] == 0:
+        raise ValueError(f"{where}: targets have no positions")
+
+
 def shift_right(targets: torch.Tensor, sos_id: int) -> torch.Tensor:
     """The decoder's input for teacher forcing: SOS, then the targets without their last token.
 
@@ -43,11 +52,7 @@ def shift_right(targets: torch.Tensor, sos_id: int) -> torch.Tensor:
     Raises:
         ValueError: if ``targets`` is not a 2-D integer tensor with at least one position.
     """
-    if not isinstance(targets, torch.Tensor) or targets.dim() != 2 or targets.dtype.is_floating_point or targets.dtype == torch.bool:
-        what = f"shape {tuple(targets.shape)}, dtype {targets.dtype}" if isinstance(targets, torch.Tensor) else type(targets).__name__
-        raise ValueError(f"shift_right: targets must be a (B, n) integer tensor, got {what}")
-    if targets.shape[1] == 0:
-        raise ValueError("shift_right: targets have no positions")
+    _check_targets("shift_right", targets)
     sos = torch.full_like(targets[:, :1], sos_id)
     return torch.cat([sos, targets[:, :-1]], dim=1)
 

@@ -132,6 +132,7 @@ def one_run(args: argparse.Namespace, batch: int, kernel: str, pack: str, compil
     PyTorch's choice), Q/K/V stacking ("default" = the package's: on for CUDA) and compilation."""
     torch.manual_seed(0)
     torch._dynamo.reset()                 # each run compiles afresh, whatever the earlier runs traced
+    # "default" leaves the choice to fit (it packs on CUDA: attention.device_kernels)
     MultiHeadAttention.pack_projections = {"default": None, "on": True, "off": False}[pack]
     config = GPTConfig(dropout=0.0, **CONFIGS[args.config])
     model = GPT(config).to(device)

@@ -21,6 +21,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from transformer_book.attention import device_kernels
+
 
 def add_round_arguments(parser: argparse.ArgumentParser, *, repeats: int, warmup: int, min_block_s: float,
                         warmup_help: str = "untimed calls per contender first") -> None:
@@ -138,6 +140,12 @@ def interleaved(
         raise ValueError(f"interleaved: repeats must be at least 1, got {repeats}")
     if not contenders:
         raise ValueError("interleaved: no contenders")
+    with device_kernels(device):  # the kernel choices training.fit makes on this device
+        return _interleaved(contenders, device, repeats, warmup, min_block_s)
+
+
+def _interleaved(contenders: dict[str, Callable[[], Any]], device: torch.device, repeats: int, warmup: int,
+                 min_block_s: float) -> Interleaved:
     names = list(contenders)
     for fn in contenders.values():
         for _ in range(warmup):

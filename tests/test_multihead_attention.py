@@ -687,3 +687,30 @@ def test_bfloat16_input_under_cpu_autocast_is_accepted(need_weights):
     # without autocast the mismatch is still an error that says what to do
     with pytest.raises(ValueError, match=r"query has dtype torch.bfloat16 but the weights are torch.float32"):
         mha(x.bfloat16(), x.bfloat16(), x.bfloat16())
+
+
+def test_the_device_decides_packing_in_one_place_outside_forward(monkeypatch):
+    """Q/K/V are packed into one product inside attention.device_kernels for CUDA (what fit and
+    the benchmarks enter), never elsewhere, and a choice made by hand wins; forward reads the flag only."""
+    from transformer_book.attention import MultiHeadAttention, device_kernels
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    packed = []
+    original = MultiHeadAttention._packed_projection
+    monkeypatch.setattr(MultiHeadAttention, "_packed_projection",
+                        lambda self, h: packed.append(1) or original(self, h))
+    plain, _ = mha(x, x, x)
+    with device_kernels("cpu"):
+        mha(x, x, x)
+    assert packed == [] and MultiHeadAttention.pack_projections is None
+    with device_kernels("cuda"):  # only the flag is set: the module itself runs on the CPU here
+        assert MultiHeadAttention.pack_projections is True
+        stacked, _ = mha(x, x, x)
+    assert packed == [1] and MultiHeadAttention.pack_projections is None
+    torch.testing.assert_close(stacked, plain)
+    monkeypatch.setattr(MultiHeadAttention, "pack_projections", False)
+    with device_kernels("cuda"):
+        mha(x, x, x)
+    assert packed == [1]

@@ -2,28 +2,36 @@
 
 Modules, one idea each (import what a chapter needs)::
 
+    transformer_book.runtime      device, seeds, profiles, environment, source listings
+    transformer_book.text         word tokenisation and vocabularies
+    transformer_book.subword      BPE subword tokeniser (SentencePiece), special ids (ch. 7-)
+    transformer_book.wordpiece    BERT's WordPiece tokeniser                   (ch. 13-)
+    transformer_book.contracts    what data and models share: IGNORE_INDEX, padding, batch
+                                  types, the tokenizer / encoder-decoder / LM interfaces
+    transformer_book.data         pinned, checksummed corpora, their loaders, batching
+    transformer_book.atomic       files written whole or not at all
+    transformer_book.checkpoints  checksummed checkpoints; save_model / load_model of every model
     transformer_book.attention    scaled dot-product and multi-head attention    (ch. 1, 3)
     transformer_book.masks        padding, causal and combined masks (True = excluded) (ch. 2)
-    transformer_book.positional   sinusoidal, learned, relative, rotary, Fourier (ch. 4)
+    transformer_book.positional   sinusoidal, learned, relative, rotary, ALiBi, Fourier (ch. 4, 13)
     transformer_book.layers       LayerNorm, FFN, encoder and decoder layers     (ch. 5-6)
     transformer_book.models       the Transformer (ch. 6), RNN baselines (ch. 7), GPT (ch. 9),
                                   ELMo (ch. 12), BERT (ch. 13), fine-tuning heads (ch. 14)
     transformer_book.twins        torch.nn twins with copied weights, for checks
-    transformer_book.training     loss, schedules, the fit loop, resumable checkpoints (ch. 7-)
-    transformer_book.decoding     greedy decoding of a batch, translate()        (ch. 7-)
+    transformer_book.objectives   label-smoothed cross-entropy, seq2seq and LM losses (ch. 7, 9)
+    transformer_book.schedules    warm-up learning-rate schedules                (ch. 7)
+    transformer_book.training     the resumable fit loop (AMP, compile, DDP)     (ch. 7-)
+    transformer_book.flops        a GPT's training FLOPs and MFU                 (ch. 9)
+    transformer_book.decoding     greedy, sampling, beam search, with a KV cache (ch. 7-9)
     transformer_book.metrics      BLEU and chrF (sacrebleu), BLEU by source length (ch. 7-),
                                   SQuAD's exact match and F1 (ch. 14)
-    transformer_book.small_bert   chapter 13's BERT, loaded or pretrained     (ch. 14-15)
+    transformer_book.recipes      chapter 7's translators and chapter 13's BERT, loaded or trained
     transformer_book.pretrained   Hugging Face BERT and GPT-2 weights in the book's models (ch. 15)
     transformer_book.prompting    zero-shot cloze and next-token classification (ch. 15)
+    transformer_book.incontext    in-context learning in a small GPT            (ch. 15)
+    transformer_book.embeddings   co-occurrence, PPMI, SVD, GloVe, word2vec      (ch. 1, 10-11)
     transformer_book.results      headline numbers of full-profile runs (the Results page)
-    transformer_book.runtime      device, seeds, profiles, environment, sources
     transformer_book.plotting     attention heatmaps
-    transformer_book.text         word tokenisation and vocabularies
-    transformer_book.subword      BPE subword tokeniser (SentencePiece), special ids (ch. 7-)
-    transformer_book.wordpiece    BERT's WordPiece tokeniser                   (ch. 13-)
-    transformer_book.embeddings   co-occurrence counts, PPMI, SVD word vectors   (ch. 1, 10)
-    transformer_book.data         pinned, checksummed corpora, their loaders, batching
 
 Importing the package downloads nothing and changes no global state.
 """

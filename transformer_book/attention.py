@@ -25,7 +25,7 @@ from torch import nn
 from transformer_book import checks
 
 __all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "ATTENTION_KERNELS",
-           "prefer_attention_kernel", "heads_removed"]
+           "prefer_attention_kernel", "device_kernels", "heads_removed"]
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -249,11 +249,11 @@ class MultiHeadAttention(nn.Module):
     a static cache computes them from ``key`` and ``value`` on the first call and ignores
     ``key`` and ``value`` afterwards (cross-attention to a fixed memory).
 
-    Self-attention (``query``, ``key`` and ``value`` the same tensor) on a GPU computes
-    :math:`[XW^Q; XW^K; XW^V]` as one product with the three weights stacked, ``(d_model,
-    3 d_model)``: the same numbers up to rounding, from a product wide enough to keep a GPU's
-    matrix units busy. :attr:`pack_projections` says where: ``None`` (default) on CUDA only,
-    ``True`` / ``False`` everywhere / nowhere. The parameters stay ``w_q``, ``w_k``, ``w_v``.
+    With :attr:`pack_projections` on, self-attention (``query``, ``key`` and ``value`` the same
+    tensor) computes :math:`[XW^Q; XW^K; XW^V]` as one product with the three weights stacked,
+    ``(d_model, 3 d_model)``: the same numbers up to rounding, from a product wide enough to keep
+    a GPU's matrix units busy. :func:`device_kernels` turns it on for CUDA (``training.fit`` and
+    the benchmarks enter it); the parameters stay ``w_q``, ``w_k``, ``w_v``.
 
     Shapes:
         ``query`` ``(B, n, d_model)``, ``key`` ``(B, m, kdim)``, ``value`` ``(B, m, vdim)``;
@@ -267,8 +267,9 @@ class MultiHeadAttention(nn.Module):
     """
 
     pack_projections: ClassVar[bool | None] = None
-    """Where self-attention computes Q, K and V with one stacked product. ``None`` means on CUDA
-    tensors only, ``True`` always, ``False`` never (set on the class, or on one module)."""
+    """Whether self-attention computes Q, K and V with one stacked product: ``True`` or ``False``
+    (set on the class, or on one module), or ``None``, the default: no, except inside
+    :func:`device_kernels` for a CUDA device."""
 
     def __init__(
         self,
@@ -319,7 +320,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and cache.static and cache.k is not None:
             q, k, v = heads(self.w_q(query)), cache.k, cache.v  # cross-attention while decoding: computed once
         else:
-            if query is key is value and self._packs(query):  # self-attention on a GPU: one wide product
+            if query is key is value and self.pack_projections:  # one wide product (device_kernels)
                 q, k, v = (heads(x) for x in self._packed_projection(query).chunk(3, dim=-1))
             else:
                 q, k, v = heads(self.w_q(query)), heads(self.w_k(key)), heads(self.w_v(value))
@@ -339,9 +340,6 @@ class MultiHeadAttention(nn.Module):
         # (B, h, n, d_k) -> (B, n, h * d_k): concatenate the heads, then mix them with W^O.
         heads = heads.transpose(1, 2).reshape(batch, n, self.d_model)
         return self.w_o(heads), weights
-
-    def _packs(self, x: torch.Tensor) -> bool:
-        return x.is_cuda if self.pack_projections is None else bool(self.pack_projections)
 
     def _packed_projection(self, x: torch.Tensor) -> torch.Tensor:
         """``[x W^Q; x W^K; x W^V]`` ``(B, n, 3 d_model)`` from one product with the stacked weights."""
@@ -497,6 +495,24 @@ def prefer_attention_kernel(name: str | None, *, only: bool = False) -> Iterator
     order = [backends[name]] + ([] if only else [backend for key, backend in backends.items() if key != name])
     with sdpa_kernel(order, set_priority=True):
         yield
+
+
+@contextmanager
+def device_kernels(device: torch.device | str, *, attention_kernel: str | None = None) -> Iterator[None]:
+    """Every kernel choice the package makes for a device, in one place: on CUDA, self-attention
+    packs its Q, K and V projections into one product (:attr:`MultiHeadAttention.pack_projections`)
+    and ``attention_kernel`` (one of :data:`ATTENTION_KERNELS`, or None for PyTorch's choice) is
+    preferred (:func:`prefer_attention_kernel`); on other devices nothing changes. The choices hold
+    inside the block and are undone after it. ``training.fit`` runs its steps inside it, and so do
+    the benchmarks; a forward pass itself never looks at the device."""
+    previous = MultiHeadAttention.pack_projections
+    if previous is None:  # not chosen by hand: the device decides
+        MultiHeadAttention.pack_projections = torch.device(device).type == "cuda"
+    try:
+        with prefer_attention_kernel(attention_kernel):
+            yield
+    finally:
+        MultiHeadAttention.pack_projections = previous
 
 
 def _checked_heads(attention: MultiHeadAttention, heads: Iterable[int]) -> list[int]:

@@ -202,8 +202,9 @@ class SourceListing:
 def show_source(obj: Any) -> SourceListing:
     """Return the source of a function, class or module of the package for display.
 
-    In a notebook the returned object renders as a syntax-highlighted block captioned with
-    its file and line numbers, so a chapter shows the package's own code rather than a copy.
+    In a notebook the returned object renders as a syntax-highlighted block captioned with its
+    qualified name and its file (no line numbers, which would change with every edit above the
+    object), so a chapter shows the package's own code rather than a copy.
 
     Raises:
         ValueError: if the object's source cannot be found (a builtin, say).

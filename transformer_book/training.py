@@ -31,7 +31,7 @@ from torch import nn
 from tqdm.std import tqdm
 
 from transformer_book import checks
-from transformer_book.attention import ATTENTION_KERNELS, prefer_attention_kernel
+from transformer_book.attention import ATTENTION_KERNELS, device_kernels
 from transformer_book.checkpoints import check_model_matches, read_checkpoint, require_keys, write_checkpoint
 from transformer_book.checkpoints import load_model, save_model  # noqa: F401 - re-exported
 from transformer_book.flops import mfu, peak_flops
@@ -79,7 +79,7 @@ class TrainConfig:
     launching kernels), ``"max-autotune"`` or ``"max-autotune-no-cudagraphs"``.
     ``attention_kernel`` (one of :data:`transformer_book.attention.ATTENTION_KERNELS`, e.g.
     ``"cudnn"`` on an H100) is the fused attention kernel the training step tries first
-    (:func:`transformer_book.attention.prefer_attention_kernel`); ``None`` leaves PyTorch's choice.
+    (:func:`transformer_book.attention.device_kernels`); ``None`` leaves PyTorch's choice.
     ``flops_per_token`` (e.g. :func:`transformer_book.flops.gpt_flops_per_token`) makes
     :func:`fit` report model FLOPs utilisation against the device's datasheet peak
     (:func:`transformer_book.flops.peak_flops`), when that peak is known.
@@ -503,7 +503,7 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
             step_start = time.perf_counter()
             lr = optimizer.param_groups[0]["lr"]
             batch, upcoming = (upcoming if upcoming is not None else fetch(step)), None
-            with autocast(), tolerant(), prefer_attention_kernel(config.attention_kernel):
+            with autocast(), tolerant(), device_kernels(device, attention_kernel=config.attention_kernel):
                 loss, n_tokens = step_module(batch)
             if device.type == "cuda" and done < config.steps:
                 upcoming = fetch(done)  # made and sent while the GPU computes this step's forward pass

@@ -27,7 +27,7 @@ from transformer_book.data.pretraining import (
     maskable_positions,
     wikitext2_documents,
 )
-from transformer_book.training import _to_device
+from transformer_book.training import to_device
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, WordPieceTokenizer
 
 FIRST_NORMAL = 5
@@ -420,7 +420,7 @@ def test_validation_batches_repeat_exactly(one_thread):
 
 def test_batch_moves_to_a_device_as_a_named_tuple(one_thread):
     batch = PretrainingBatches(EncodedPairs.from_examples(example_pairs()), 4, vocab_size=40)(0)
-    moved = _to_device(batch, torch.device("cpu"))
+    moved = to_device(batch, torch.device("cpu"))
     assert type(moved) is PretrainingBatch
     assert all(torch.equal(a, b) for a, b in zip(moved, batch))
     assert moved.n_predictions == batch.n_predictions

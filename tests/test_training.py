@@ -765,3 +765,21 @@ def test_temporary_files_of_a_killed_save_are_cleaned_up(tmp_path):
     os.utime(old_tmp, (1, 1))                               # written long ago: its writer is gone
     fit(make_model(), batches, lm_loss, TrainConfig(steps=1, warmup_steps=1, checkpoint_path=str(path)), progress=False)
     assert not old_tmp.exists() and young_tmp.exists()
+
+
+def test_seconds_per_step_times_real_steps_and_steps_in_budget_fills_the_budget():
+    from transformer_book.training import seconds_per_step, steps_in_budget
+
+    torch.manual_seed(0)
+    model = make_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    seconds = seconds_per_step(model, batches, lm_loss, device="cpu", steps=3, warmup=1, clip_norm=1.0)
+    assert 0 < seconds < 5
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # it trained (a throwaway copy)
+    assert steps_in_budget(100.0, 1.0) == 97 and steps_in_budget(8.0, 0.25, share=0.5, minimum=1) == 16
+    assert steps_in_budget(1.0, 0.5) == 20                     # at least 20 steps by default
+    assert steps_in_budget(1.0, 0.5, minimum=1) == 1
+    with pytest.raises(ValueError, match="step_s must be a finite real > 0"):
+        steps_in_budget(10.0, 0.0)
+    with pytest.raises(ValueError, match="steps must be a positive int"):
+        seconds_per_step(model, batches, lm_loss, device="cpu", steps=0)

@@ -40,7 +40,8 @@ from transformer_book.runtime import seed_everything
 from transformer_book.schedules import SCHEDULES, make_schedule
 from transformer_book.schedules import warmup_cosine, warmup_inverse_sqrt  # noqa: F401 - re-exported
 
-__all__ = ["TrainConfig", "History", "fit", "CHECKPOINT_VERSION", "init_distributed", "shard_batch"]
+__all__ = ["TrainConfig", "History", "fit", "CHECKPOINT_VERSION", "init_distributed", "shard_batch", "to_device",
+           "seconds_per_step", "steps_in_budget"]
 # Also importable from here, where the chapters first use them: the losses of objectives, the
 # schedules, and checkpoints' save_model, load_model and read_checkpoint.
 
@@ -179,7 +180,7 @@ class History:
         return cls(**{k: [(int(s), float(x)) for s, x in data.get(k, [])] for k in cls.__dataclass_fields__})
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
+def to_device(batch: Any, device: torch.device) -> Any:
     """Move every tensor in a (nested) tuple, list or dict to ``device``. CPU tensors bound for
     CUDA are staged in pinned (page-locked) memory first, so that the copy runs asynchronously
     (``non_blocking``) while the GPU works on what was queued before it."""
@@ -188,12 +189,64 @@ def _to_device(batch: Any, device: torch.device) -> Any:
             batch = batch.pin_memory()
         return batch.to(device, non_blocking=True)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple such as Seq2SeqBatch
-        return type(batch)(*(_to_device(b, device) for b in batch))
+        return type(batch)(*(to_device(b, device) for b in batch))
     if isinstance(batch, (tuple, list)):
-        return type(batch)(_to_device(b, device) for b in batch)
+        return type(batch)(to_device(b, device) for b in batch)
     if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
+        return {k: to_device(v, device) for k, v in batch.items()}
     return batch
+
+
+_to_device = to_device  # chapter 14's name for it until that chapter is re-run
+
+
+def seconds_per_step(
+    model: nn.Module,
+    batches: Callable[[int], Any],
+    loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, int]],
+    *,
+    device: torch.device | str,
+    steps: int = 8,
+    warmup: int = 2,
+    clip_norm: float | None = None,
+) -> float:
+    """The median wall time of one training step of ``model`` (loss, backward, clipping when
+    ``clip_norm`` is given, AdamW), over ``steps`` steps on ``batches(0), batches(1), ...`` after
+    ``warmup`` untimed ones. Steps the model: pass a throwaway copy.
+
+    With :func:`steps_in_budget` it answers the chapters' question "how many steps fit into this
+    much training time?" before a run with a time budget (chapters 9, 12 and 13).
+    """
+    checks.positive_int("seconds_per_step", steps=steps)
+    checks.non_negative_int("seconds_per_step", warmup=warmup)
+    device = torch.device(device)
+    model = model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    times = []
+    for step in range(warmup + steps):
+        batch = to_device(batches(step), device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        loss, _ = loss_fn(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if step >= warmup:
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def steps_in_budget(budget_s: float, step_s: float, *, share: float = 0.97, minimum: int = 20) -> int:
+    """How many steps of ``step_s`` seconds fill ``share`` of ``budget_s`` (at least ``minimum``):
+    the step count of a run whose time budget should end it near its schedule's end."""
+    checks.finite_real("steps_in_budget", "budget_s", budget_s, above=0)
+    checks.finite_real("steps_in_budget", "step_s", step_s, above=0)
+    return max(minimum, int(share * budget_s / step_s))
 
 
 def init_distributed() -> torch.device:
@@ -304,7 +357,7 @@ def _evaluate(model: nn.Module, loss_fn: Callable, batches: Iterable, device: to
     try:
         for batch in batches:
             with autocast():
-                loss, n_tokens = loss_fn(model, _to_device(batch, device))
+                loss, n_tokens = loss_fn(model, to_device(batch, device))
             total += loss.detach().item() * int(n_tokens)
             count += int(n_tokens)
     finally:
@@ -487,7 +540,7 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     def fetch(step: int) -> Any:
         """Step ``step``'s batch (this rank's share of it), on the device."""
         batch = train_batches(step)
-        return _to_device(shard_batch(batch, rank, world_size) if world_size > 1 else batch, device)
+        return to_device(shard_batch(batch, rank, world_size) if world_size > 1 else batch, device)
 
     model.train()
     bar = tqdm(total=config.steps, initial=start, disable=not progress or rank != 0, desc="train",

@@ -295,27 +295,11 @@ def pretrain(r: Recipe, d: PretrainingData, *, device: torch.device | str | None
 def seconds_per_step(r: Recipe, d: PretrainingData, *, device: torch.device | str | None = None, steps: int = 12,
                      warmup: int = 3) -> float:
     """The median time of one training step of the recipe (forward, backward, AdamW), measured on
-    ``steps`` steps of real batches after ``warmup`` untimed ones."""
+    ``steps`` steps of real batches after ``warmup`` untimed ones
+    (:func:`~transformer_book.training.seconds_per_step` on a fresh model)."""
     device = torch.device(device) if device is not None else runtime.select_device()
-    model = new_model(r, d).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=r.lr)
-    loss_fn = bert_loss(nsp=r.nsp)
-    batches = training_batches(r, d)
-    times = []
-    for step in range(warmup + steps):
-        batch = type(batches(step))(*(t.to(device) for t in batches(step)))
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        loss, _ = loss_fn(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if step >= warmup:
-            times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return training.seconds_per_step(new_model(r, d), training_batches(r, d), bert_loss(nsp=r.nsp), device=device,
+                                     steps=steps, warmup=warmup)
 
 
 def continue_pretraining(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequence[str], *, steps: int,

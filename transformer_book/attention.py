@@ -267,9 +267,9 @@ class MultiHeadAttention(nn.Module):
     """
 
     pack_projections: ClassVar[bool | None] = None
-    """Whether self-attention computes Q, K and V with one stacked product: ``True`` or ``False``
-    (set on the class, or on one module), or ``None``, the default: no, except inside
-    :func:`device_kernels` for a CUDA device."""
+    """Self-attention computes Q, K and V with one stacked product when this is ``True``, never
+    when ``False`` (set on the class, or on one module), and with ``None``, the default, only
+    inside :func:`device_kernels` for a CUDA device."""
 
     def __init__(
         self,

@@ -53,8 +53,9 @@ SAVABLE_MODELS: dict[str, tuple[str, str, str]] = {
     "BiLM": ("transformer_book.models.elmo", "BiLM", "BiLMConfig"),
     "BERT": ("transformer_book.models.bert", "BERT", "BERTConfig"),
 }
-"""Class name -> (module, model class, config class): every model the book trains. Each is built
-as ``model_class(config_class(**config))`` and keeps its config as ``model.config``."""
+"""Every model the book trains, by class name, with the module, the model class and the config
+class that rebuild it. Each is built as ``model_class(config_class(**config))`` and keeps its
+config as ``model.config``."""
 
 TOKENIZER_KINDS: dict[str, tuple[str, str, str, str]] = {
     "sentencepiece": ("transformer_book.subword", "SubwordTokenizer", "to_bytes", ""),

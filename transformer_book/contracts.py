@@ -1,7 +1,7 @@
 """The contracts that data and models agree on, on a floor below both (neither imports the other).
 
-* :data:`IGNORE_INDEX`, the target id that a loss skips;
-* :func:`pad_sequences`, how id sequences become one padded tensor;
+* ``IGNORE_INDEX``, the target id that a loss skips;
+* ``pad_sequences``, how id sequences become one padded tensor;
 * the batch types that the data modules build and the models' losses read
   (:class:`Seq2SeqBatch`, :class:`PretrainingBatch`, :class:`FineTuningBatch`, :class:`InContextBatch`);
 * the interfaces that decoding and checkpoints dispatch on, as :class:`typing.Protocol` s:
@@ -73,7 +73,7 @@ class PretrainingBatch(NamedTuple):
 
     ``tokens`` ``(B, n)`` int64: the corrupted inputs, PAD-padded on the right; ``segments``
     ``(B, n)`` int64: 0 for ``[CLS] a [SEP]`` and for padding, 1 for ``b [SEP]``; ``targets``
-    ``(B, n)`` int64: the original id at the selected positions, :data:`IGNORE_INDEX`
+    ``(B, n)`` int64: the original id at the selected positions, ``IGNORE_INDEX``
     elsewhere (padding included); ``is_next`` ``(B,)`` int64: 1 when B follows A.
     """
 
@@ -113,7 +113,7 @@ class FineTuningBatch(NamedTuple):
 
 class InContextBatch(NamedTuple):
     """A language model's batch: inputs ``x`` ``(B, 2P)`` and next-token targets ``y`` ``(B, 2P)``,
-    with :data:`IGNORE_INDEX` wherever the next token is an
+    with ``IGNORE_INDEX`` wherever the next token is an
     item (random, so nothing to learn); ``y[:, 2k + 1]`` is the label after ``k`` demonstrations."""
 
     x: torch.Tensor

@@ -5,7 +5,7 @@ base learning rate, as ``torch.optim.lr_scheduler.LambdaLR`` objects (chapter 7)
 * :func:`warmup_cosine`: linear warm-up, then a half cosine down to a floor (GPT, BERT);
 * :func:`warmup_constant`: linear warm-up, then the base rate.
 
-``training.TrainConfig.schedule`` names one of them (:data:`SCHEDULES`).
+``training.TrainConfig.schedule`` names one of them (``SCHEDULES``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from transformer_book import checks
 __all__ = ["SCHEDULES", "warmup_inverse_sqrt", "warmup_cosine", "warmup_constant", "make_schedule"]
 
 SCHEDULES = ("inverse_sqrt", "cosine", "constant")
+"""The names of the schedules that :func:`make_schedule` builds."""
 
 
 def warmup_inverse_sqrt(
@@ -89,7 +90,7 @@ def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int) -> Lamb
 
 def make_schedule(name: str, optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int,
                   min_ratio: float = 0.0) -> LambdaLR:
-    """The schedule ``name`` (one of :data:`SCHEDULES`) on ``optimizer``; ``total_steps`` and
+    """The schedule ``name`` (one of ``SCHEDULES``) on ``optimizer``; ``total_steps`` and
     ``min_ratio`` matter to ``"cosine"`` only."""
     if name not in SCHEDULES:
         raise ValueError(f"make_schedule: unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")

@@ -54,8 +54,8 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 class TrainConfig:
     """Settings of :func:`fit`.
 
-    ``schedule`` is ``"inverse_sqrt"`` (:func:`warmup_inverse_sqrt`), ``"cosine"``
-    (:func:`warmup_cosine` over ``steps``, down to ``min_lr_ratio`` times ``lr``) or
+    ``schedule`` is ``"inverse_sqrt"`` (:func:`~transformer_book.schedules.warmup_inverse_sqrt`), ``"cosine"``
+    (:func:`~transformer_book.schedules.warmup_cosine` over ``steps``, down to ``min_lr_ratio`` times ``lr``) or
     ``"constant"`` (warm-up, then flat).
     ``amp`` turns on mixed precision only on CUDA (bfloat16 where supported, else float16 with
     a gradient scaler); on the CPU it is ignored. Validation runs every ``eval_every`` steps

@@ -1,8 +1,8 @@
 r"""Batches that a training loop can address by step: length-bucketed sentence pairs for an
 encoder-decoder (chapter 7, :class:`BucketedBatches`) and random windows of one token stream
 for a language model (chapter 9, :class:`RandomWindows`). The batch type and the padding are
-the contracts' (:class:`~transformer_book.contracts.Seq2SeqBatch`,
-:func:`~transformer_book.contracts.pad_sequences`).
+the contracts' (:class:`~transformer_book.data.Seq2SeqBatch`,
+:func:`~transformer_book.data.pad_sequences`).
 
 For a source sentence :math:`x_1 \dots x_m` and a target :math:`y_1 \dots y_n` (token ids,
 without specials) one example becomes three rows:

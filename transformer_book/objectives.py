@@ -84,12 +84,12 @@ def label_smoothed_cross_entropy(
 
 
 def seq2seq_loss(*, pad_id: int, smoothing: float = 0.0) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
-    """The ``loss_fn`` of :func:`~transformer_book.training.fit` for an encoder-decoder and :class:`~transformer_book.data.Seq2SeqBatch`.
+    """The ``loss_fn`` of :func:`fit` for an encoder-decoder and :class:`~transformer_book.data.Seq2SeqBatch`.
 
     Returns ``loss_fn(model, batch) -> (loss, n_tokens)`` with ``logits = model(batch.src,
     batch.tgt_in)`` and :func:`label_smoothed_cross_entropy` against ``batch.tgt_out``. The
     smoothing applies only while the model is in training mode: in evaluation mode (the
-    validation of :func:`~transformer_book.training.fit`) the loss is the plain cross-entropy, so that ``exp(loss)`` is
+    validation of :func:`fit`) the loss is the plain cross-entropy, so that ``exp(loss)`` is
     the perplexity.
     """
     checks.probability("seq2seq_loss", "smoothing", smoothing)

@@ -538,7 +538,7 @@ def mask_tokens(
     ``mask_prob``, an id drawn uniformly from ``[first_normal_id, vocab_size)`` with
     probability ``random_prob`` (so never a special token; it may draw the original id), and
     keeps its token otherwise. ``targets`` holds the original id at the selected positions
-    and ``IGNORE_INDEX`` everywhere else; ``inputs`` equals ``tokens`` wherever nothing
+    and :data:`IGNORE_INDEX` everywhere else; ``inputs`` equals ``tokens`` wherever nothing
     was selected. (Devlin et al. selected exactly ``round(0.15 n)`` positions per sequence;
     independent selection, as in Hugging Face's data collator, gives 15% on average and may
     select none in a short sequence.) The draws come from ``generator`` only, on ``tokens``'

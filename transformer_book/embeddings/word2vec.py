@@ -284,8 +284,7 @@ def _summed_context_gradients(rows: torch.Tensor, window: torch.Tensor, grad_h: 
         counts = torch.sparse_csr_tensor(F.pad(entries.cumsum(0), (1, 0)), pairs - word * batch,
                                          multiplicity.to(grad_h.dtype), size=(len(words), batch),
                                          check_invariants=False)
-    occurrences = torch.bincount(rows)[words].to(grad_h.dtype)
-    return words, (counts @ grad_h).mul_((cap / occurrences).clamp_(max=1.0).unsqueeze(1))
+    return words, (counts @ grad_h).mul_(_step_scale(rows, 0, cap)[words].unsqueeze(1))
 
 
 

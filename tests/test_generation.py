@@ -298,3 +298,18 @@ def test_rows_of_a_batch_finish_at_their_own_eos():
     for b in range(3):                                        # each row as if it were alone
         alone = generate(ScriptedLM(), prompt=prompt[b:b + 1], max_new_tokens=10, use_cache=False)[0].tolist()
         assert alone == [t for t in out[b].tolist() if t != PAD_ID]
+
+
+def test_top_p_sampling_checks_the_logits_for_nan_once(monkeypatch):
+    """One pass over the logits for NaN on the top-p path (filter_top_p's), not two."""
+    from transformer_book import decoding
+
+    calls = []
+    real_isnan = torch.isnan
+    monkeypatch.setattr(torch, "isnan", lambda t: calls.append(1) or real_isnan(t))
+    probs = decoding.next_token_distribution(torch.randn(2, 7), temperature=0.8, top_p=0.9)
+    assert len(calls) == 1 and torch.allclose(probs.sum(-1), torch.ones(2))
+    decoding.next_token_distribution(torch.randn(2, 7), temperature=0.8)       # no top-p: checked here
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="logits hold NaN"):
+        decoding.next_token_distribution(torch.tensor([[0.0, float("nan")]]), temperature=1.0, top_p=0.5)

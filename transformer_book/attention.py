@@ -422,6 +422,13 @@ class MultiHeadAttention(nn.Module):
         return mask
 
 
+def _check_continues(cache: KVCache, k: torch.Tensor) -> None:
+    """New keys ``(B, h, n, d_k)`` with the cached batch and heads."""
+    if cache.k is not None and (k.shape[0] != cache.k.shape[0] or k.shape[1] != cache.k.shape[1]):
+        raise ValueError(f"KVCache: new keys of shape {tuple(k.shape)} do not continue the cached "
+                         f"{tuple(cache.k.shape)} (batch and heads must agree)")
+
+
 @dataclass
 class KVCache:
     r"""The keys and values one attention layer has computed so far, kept between decoding steps.
@@ -444,9 +451,7 @@ class KVCache:
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new keys and values ``(B, h, n, d_k)`` (after the earlier ones, unless
         static) and return everything stored."""
-        if self.k is not None and (k.shape[0] != self.k.shape[0] or k.shape[1] != self.k.shape[1]):
-            raise ValueError(f"KVCache: new keys of shape {tuple(k.shape)} do not continue the cached "
-                             f"{tuple(self.k.shape)} (batch and heads must agree)")
+        _check_continues(self, k)
         if self.static or self.k is None:
             self.k, self.v = k, v
         else:

@@ -191,6 +191,14 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+def _check_top_p(where: str, p: float, logits: torch.Tensor | None) -> None:
+    """``p`` in (0, 1], and ``logits`` (when given) without NaN."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"{where}: p must lie in (0, 1], got {p!r}")
+    if logits is not None and torch.isnan(logits).any():
+        raise ValueError(f"{where}: logits hold NaN")
+
+
 def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     r"""Nucleus filtering (Holtzman et al., 2020): keep the most probable tokens until their
     probability reaches ``p``, set the others to :math:`-\infty`.
@@ -205,10 +213,7 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     Raises:
         ValueError: ``p`` outside :math:`(0, 1]`, or NaN logits.
     """
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
-        raise ValueError(f"filter_top_p: p must lie in (0, 1], got {p!r}")
-    if torch.isnan(logits).any():
-        raise ValueError("filter_top_p: logits hold NaN")
+    _check_top_p("filter_top_p", p, logits)
     probs = torch.softmax(logits.float(), dim=-1)
     # mass strictly above each token: sum over u of P(u) [P(u) > P(v)], via the sorted cumulative sum
     sorted_probs, order = probs.sort(dim=-1, descending=True)
@@ -218,6 +223,16 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     above_sorted = cumulative.gather(-1, first_of_tie)
     above = torch.empty_like(above_sorted).scatter_(-1, order, above_sorted)
     return logits.masked_fill(above >= p, float("-inf"))
+
+
+def _check_sampling(logits: torch.Tensor, temperature: float, top_p: float | None) -> None:
+    """A finite non-negative temperature, and logits without NaN: checked here unless
+    :func:`filter_top_p` will check them (one pass over the logits, not two)."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature)
+            or temperature < 0):
+        raise ValueError(f"next_token_distribution: temperature must be a finite non-negative number, got {temperature!r}")
+    if (top_p is None or temperature == 0) and torch.isnan(logits).any():
+        raise ValueError("next_token_distribution: logits hold NaN (a diverged model, or a bad input)")
 
 
 def next_token_distribution(
@@ -234,11 +249,7 @@ def next_token_distribution(
         ValueError: a negative, infinite or NaN temperature, NaN logits, or a bad ``top_k`` or
             ``top_p``.
     """
-    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature)
-            or temperature < 0):
-        raise ValueError(f"next_token_distribution: temperature must be a finite non-negative number, got {temperature!r}")
-    if torch.isnan(logits).any():
-        raise ValueError("next_token_distribution: logits hold NaN (a diverged model, or a bad input)")
+    _check_sampling(logits, temperature, top_p)
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(torch.float32)
     scaled = logits.float() / temperature
@@ -272,7 +283,7 @@ class _Session:
     """
 
     def __init__(self, model: nn.Module, *, src: torch.Tensor | None, prompt: torch.Tensor | None,
-                 sos_id: int, use_cache: bool) -> None:
+                 sos_id: int, use_cache: bool, max_new_tokens: int, where: str) -> None:
         self.model, self.use_cache = model, use_cache
         self.seq2seq = isinstance(model, EncoderDecoder)
         if not self.seq2seq and not isinstance(model, CachedLanguageModel if use_cache else LanguageModel):
@@ -284,12 +295,14 @@ class _Session:
             if src is None or prompt is not None:
                 raise ValueError("decoding: an encoder-decoder model needs src (and no prompt)")
             _check_src(src, "decoding")
+            _check_max_new_tokens(model, max_new_tokens, 1, where)
             self.memory, self.src_mask = model.encode(src)
             self.prefix = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)
         else:
             if prompt is None or src is not None:
                 raise ValueError("decoding: a decoder-only model needs a prompt (and no src)")
             _check_src(prompt, "decoding")
+            _check_max_new_tokens(model, max_new_tokens, prompt.shape[1], where)
             self.memory = self.src_mask = None
             self.prefix = prompt
         self.cache: Any = None
@@ -353,8 +366,8 @@ def generate(
     Returns:
         ``(B, T)`` new token ids, ``T <= max_new_tokens`` (the prompt or SOS not included).
     """
-    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache)
-    _check_max_new_tokens(model, max_new_tokens, session.prefix.shape[1], "generate")
+    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
+                       max_new_tokens=max_new_tokens, where="generate")
     was_training = model.training
     model.eval()
     try:
@@ -384,6 +397,12 @@ def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Te
     Dividing a hypothesis's log-probability by it favours longer outputs; :math:`\alpha = 0`
     gives 1 (no normalisation)."""
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def _check_beam(beam_size: int, normalize: str | None) -> None:
+    checks.positive_int("beam_search", beam_size=beam_size)
+    if normalize not in (None, "length", "gnmt"):
+        raise ValueError(f"beam_search: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
 
 
 @torch.no_grad()
@@ -420,12 +439,9 @@ def beam_search(
     Raises:
         ValueError: ``beam_size`` below 1, an unknown ``normalize``, or a bad input.
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_search: beam_size must be a positive int, got {beam_size!r}")
-    if normalize not in (None, "length", "gnmt"):
-        raise ValueError(f"beam_search: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
-    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache)
-    _check_max_new_tokens(model, max_new_tokens, session.prefix.shape[1], "beam_search")
+    _check_beam(beam_size, normalize)
+    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
+                       max_new_tokens=max_new_tokens, where="beam_search")  # checks the prefix and the length
     start = session.prefix.shape[1]
 
     def final_score(total: float, length: int) -> float:

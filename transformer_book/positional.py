@@ -499,9 +499,7 @@ class ALiBi(nn.Module):
 
     def forward(self, n: int, m: int | None = None) -> torch.Tensor:
         """The bias ``(n_heads, n, m)`` for ``n`` queries and ``m`` keys (default ``m = n``)."""
-        m = n if m is None else m
-        _check_int(n, "n", "ALiBi", minimum=1)
-        _check_int(m, "m", "ALiBi", minimum=n)
+        m = _checked_lengths(n, m)  # m = n by default, and m >= n >= 1
         query = torch.arange(m - n, m, device=self.slopes.device)[:, None]
         key = torch.arange(m, device=self.slopes.device)[None, :]
         distance = (query - key).abs() if self.bidirectional else (query - key).clamp_min(0)
@@ -758,6 +756,14 @@ def _check_rotary_input(where: str, x: object, positions: object, d_head: int) -
     if positions is not None and (not isinstance(positions, torch.Tensor) or positions.dim() < 1
                                   or positions.shape[-1] != n):
         raise ValueError(f"{where}: positions must have shape (..., n={n}), got {_describe(positions)}")
+
+
+def _checked_lengths(n: int, m: int | None) -> int:
+    """ALiBi's key count: ``m`` (``n`` when None), with ``m >= n >= 1``."""
+    m = n if m is None else m
+    _check_int(n, "n", "ALiBi", minimum=1)
+    _check_int(m, "m", "ALiBi", minimum=n)
+    return m
 
 
 def _check_dropout(p: object, where: str) -> None:

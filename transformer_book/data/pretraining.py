@@ -160,21 +160,8 @@ class SentencePair(NamedTuple):
     is_next: bool
 
 
-def make_sentence_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0,
-                        next_prob: float = 0.5) -> list[SentencePair]:
-    """One NSP pair for every sentence that has a next sentence in its document.
-
-    Sentence :math:`a = d_i` of document :math:`d` is paired, with probability ``next_prob``,
-    with :math:`d_{i+1}` (``is_next=True``); otherwise with a sentence drawn uniformly from
-    all the sentences of the *other* documents (``is_next=False``), so that a random B is
-    never a neighbour of A by chance. A document of :math:`k` sentences gives :math:`k - 1`
-    pairs. The draws come from ``numpy.random.default_rng(seed)``: the same seed gives the
-    same pairs.
-
-    Raises:
-        ValueError: fewer than 2 documents, an empty document or a non-string sentence,
-            ``next_prob`` outside ``[0, 1]``, a non-int ``seed``.
-    """
+def _check_documents(documents: Sequence[Sequence[str]], next_prob: float, seed: int) -> None:
+    """At least two documents, each a non-empty list of str sentences; ``next_prob`` in [0, 1]; a non-negative seed."""
     if isinstance(documents, str) or len(documents) < 2:
         raise ValueError(f"make_sentence_pairs: documents must be a list of at least 2 documents (lists of "
                          f"sentences), got {len(documents) if not isinstance(documents, str) else 'a str'}")
@@ -190,6 +177,24 @@ def make_sentence_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0,
             if not isinstance(sentence, str):
                 raise ValueError(f"make_sentence_pairs: document {index} holds a {type(sentence).__name__}, "
                                  "expected str sentences")
+
+
+def make_sentence_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0,
+                        next_prob: float = 0.5) -> list[SentencePair]:
+    """One NSP pair for every sentence that has a next sentence in its document.
+
+    Sentence :math:`a = d_i` of document :math:`d` is paired, with probability ``next_prob``,
+    with :math:`d_{i+1}` (``is_next=True``); otherwise with a sentence drawn uniformly from
+    all the sentences of the *other* documents (``is_next=False``), so that a random B is
+    never a neighbour of A by chance. A document of :math:`k` sentences gives :math:`k - 1`
+    pairs. The draws come from ``numpy.random.default_rng(seed)``: the same seed gives the
+    same pairs.
+
+    Raises:
+        ValueError: fewer than 2 documents, an empty document or a non-string sentence,
+            ``next_prob`` outside ``[0, 1]``, a non-int ``seed``.
+    """
+    _check_documents(documents, next_prob, seed)
     sentences = [sentence for document in documents for sentence in document]
     lengths = np.array([len(document) for document in documents])
     starts = np.concatenate([[0], np.cumsum(lengths)])
@@ -519,6 +524,31 @@ def _check_masking(where: str, *, mask_id: int, vocab_size: int, first_normal_id
         raise ValueError(f"{where}: mask_prob + random_prob must be at most 1, got {mask_prob} + {random_prob}")
 
 
+def _check_mask_tokens(tokens: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator, mask_id: int,
+                       vocab_size: int, first_normal_id: int, select_prob: float, mask_prob: float,
+                       random_prob: float) -> None:
+    """The arguments of :func:`mask_tokens`: ``(B, n)`` int64 tokens in the vocabulary, a bool
+    ``maskable`` of their shape, a generator on their device, and valid masking rates."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
+        what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) \
+            else type(tokens).__name__
+        raise ValueError(f"mask_tokens: tokens must be a (B, n) int64 tensor, got {what}")
+    if not isinstance(maskable, torch.Tensor) or maskable.dtype != torch.bool or maskable.shape != tokens.shape:
+        what = f"shape {tuple(maskable.shape)}, dtype {maskable.dtype}" if isinstance(maskable, torch.Tensor) \
+            else type(maskable).__name__
+        raise ValueError(f"mask_tokens: maskable must be a bool tensor of the tokens' shape "
+                         f"{tuple(tokens.shape)}, got {what}")
+    _check_masking("mask_tokens", mask_id=mask_id, vocab_size=vocab_size, first_normal_id=first_normal_id,
+                   select_prob=select_prob, mask_prob=mask_prob, random_prob=random_prob)
+    if not isinstance(generator, torch.Generator) or generator.device != tokens.device:
+        where = generator.device if isinstance(generator, torch.Generator) else type(generator).__name__
+        raise ValueError(f"mask_tokens: generator must be a torch.Generator on the tokens' device "
+                         f"{tokens.device}, got {where}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(f"mask_tokens: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside "
+                         f"[0, {vocab_size})")
+
+
 def mask_tokens(
     tokens: torch.Tensor,
     *,
@@ -555,24 +585,7 @@ def mask_tokens(
             ``[0, 1]`` or summing to more than 1, ``first_normal_id`` outside
             ``[0, vocab_size)``, a generator on another device.
     """
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
-        what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) \
-            else type(tokens).__name__
-        raise ValueError(f"mask_tokens: tokens must be a (B, n) int64 tensor, got {what}")
-    if not isinstance(maskable, torch.Tensor) or maskable.dtype != torch.bool or maskable.shape != tokens.shape:
-        what = f"shape {tuple(maskable.shape)}, dtype {maskable.dtype}" if isinstance(maskable, torch.Tensor) \
-            else type(maskable).__name__
-        raise ValueError(f"mask_tokens: maskable must be a bool tensor of the tokens' shape "
-                         f"{tuple(tokens.shape)}, got {what}")
-    _check_masking("mask_tokens", mask_id=mask_id, vocab_size=vocab_size, first_normal_id=first_normal_id,
-                   select_prob=select_prob, mask_prob=mask_prob, random_prob=random_prob)
-    if not isinstance(generator, torch.Generator) or generator.device != tokens.device:
-        where = generator.device if isinstance(generator, torch.Generator) else type(generator).__name__
-        raise ValueError(f"mask_tokens: generator must be a torch.Generator on the tokens' device "
-                         f"{tokens.device}, got {where}")
-    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise ValueError(f"mask_tokens: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside "
-                         f"[0, {vocab_size})")
+    _check_mask_tokens(tokens, maskable, generator, mask_id, vocab_size, first_normal_id, select_prob, mask_prob, random_prob)
     device = tokens.device
     selected = maskable & (torch.rand(tokens.shape, generator=generator, device=device) < select_prob)
     kind = torch.rand(tokens.shape, generator=generator, device=device)

@@ -111,6 +111,11 @@ class BERTConfig:
         return cls(vocab_size, **{**dict(max_len=512, d_model=1024, n_heads=16, n_layers=24), **changes})
 
 
+def _check_config(where: str, config: BERTConfig) -> None:
+    if not isinstance(config, BERTConfig):
+        raise ValueError(f"{where}: config must be a BERTConfig, got {type(config).__name__}")
+
+
 def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
     r"""The number of weights of each part of :class:`BERT`, by formula.
 
@@ -132,8 +137,7 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
         :math:`L` times one layer, plus the final LayerNorm of a pre-LN model). The encoder model that the paper sizes (BERT-base 110M,
         BERT-large 340M) is embeddings + encoder + pooler.
     """
-    if not isinstance(config, BERTConfig):
-        raise ValueError(f"parameter_breakdown: config must be a BERTConfig, got {type(config).__name__}")
+    _check_config("parameter_breakdown", config)
     V, P, S, d, f, L = (config.vocab_size, config.max_len, config.n_segments, config.d_model, config.ff_width,
                         config.n_layers)
     layer = 4 * (d * d + d) + (2 * d * f + f + d) + 4 * d
@@ -287,12 +291,21 @@ class PretrainingLoss(NamedTuple):
     n_pairs: int
 
 
-def _batch_fields(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch_fields(batch: Any, nsp: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fields of a :class:`~transformer_book.contracts.PretrainingBatch`, checked: targets of the
+    tokens' shape with at least one selected position, and one ``is_next`` per row (with NSP)."""
     try:
-        return batch.tokens, batch.segments, batch.targets, batch.is_next
+        tokens, segments, targets, is_next = batch.tokens, batch.segments, batch.targets, batch.is_next
     except AttributeError:
         raise ValueError(f"pretraining_loss: batch must have tokens, segments, targets and is_next "
                          f"(a PretrainingBatch), got {type(batch).__name__}") from None
+    if targets.shape != tokens.shape:
+        raise ValueError(f"pretraining_loss: targets have shape {tuple(targets.shape)}, tokens {tuple(tokens.shape)}")
+    if nsp and is_next.shape != tokens.shape[:1]:
+        raise ValueError(f"pretraining_loss: is_next must have shape ({tokens.shape[0]},), got {tuple(is_next.shape)}")
+    if not bool((targets != IGNORE_INDEX).any()):
+        raise ValueError("pretraining_loss: no position is selected for the MLM loss (targets are all IGNORE_INDEX)")
+    return tokens, segments, targets, is_next
 
 
 def pretraining_loss(model: BERT, batch: Any, *, nsp: bool = True) -> PretrainingLoss:
@@ -318,15 +331,9 @@ def pretraining_loss(model: BERT, batch: Any, *, nsp: bool = True) -> Pretrainin
         ValueError: shapes that do not match, or a batch with no selected position (its MLM
             loss would be 0/0).
     """
-    tokens, segments, targets, is_next = _batch_fields(batch)
-    if targets.shape != tokens.shape:
-        raise ValueError(f"pretraining_loss: targets have shape {tuple(targets.shape)}, tokens {tuple(tokens.shape)}")
-    if nsp and is_next.shape != tokens.shape[:1]:
-        raise ValueError(f"pretraining_loss: is_next must have shape ({tokens.shape[0]},), got {tuple(is_next.shape)}")
+    tokens, segments, targets, is_next = _batch_fields(batch, nsp)  # checked
     selected = targets != IGNORE_INDEX
     n_predictions = int(selected.sum())
-    if n_predictions == 0:
-        raise ValueError("pretraining_loss: no position is selected for the MLM loss (targets are all IGNORE_INDEX)")
     hidden = model.encode(tokens, segments)
     mlm = F.cross_entropy(model.mlm_logits(hidden[selected]), targets[selected])
     if not nsp:

@@ -125,20 +125,23 @@ class LSTMCell(nn.Module):
     def forward(
         self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        dtype = self.weight_ih.dtype
-        _check_float("LSTMCell", "x", x, (None, self.d_input), dtype)
-        batch = x.shape[0]
-        if state is None:
-            h = c = x.new_zeros(batch, self.d_hidden)
-        else:
-            if not isinstance(state, (tuple, list)) or len(state) != 2:
-                raise ValueError(f"LSTMCell: state must be a pair (h, c) or None, got {type(state).__name__}"
-                                 + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else ""))
-            h, c = state
-            _check_float("LSTMCell", "state h", h, (batch, self.d_hidden), dtype)
-            _check_float("LSTMCell", "state c", c, (batch, self.d_hidden), dtype)
+        self._check_inputs(x, state)
+        h, c = state if state is not None else (x.new_zeros(x.shape[0], self.d_hidden),) * 2
         gates = x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh  # (B, 4h)
         return _lstm_update(gates, c)
+
+    def _check_inputs(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """A floating ``(B, d_input)`` ``x`` of the weights' dtype, and a state ``(h, c)`` of
+        ``(B, d_hidden)`` each, or none."""
+        dtype = self.weight_ih.dtype
+        _check_float("LSTMCell", "x", x, (None, self.d_input), dtype)
+        if state is None:
+            return
+        if not isinstance(state, (tuple, list)) or len(state) != 2:
+            raise ValueError(f"LSTMCell: state must be a pair (h, c) or None, got {type(state).__name__}"
+                             + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else ""))
+        for name, t in zip(("state h", "state c"), state):
+            _check_float("LSTMCell", name, t, (x.shape[0], self.d_hidden), dtype)
 
 
 class LSTMLayer(nn.Module):
@@ -222,6 +225,13 @@ class ScalarMix(nn.Module):
         return f"n_layers={self.n_layers}"
 
     def forward(self, layers: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        stacked = self._stacked(layers)  # (L, ..., d), checked
+        s = torch.softmax(self.w, dim=0)
+        return self.gamma * torch.tensordot(s, stacked, dims=1)
+
+    def _stacked(self, layers: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        """``layers`` as one ``(L, ..., d)`` tensor: a tensor with ``L`` first, or ``L`` tensors of
+        one shape, in the parameters' dtype."""
         if isinstance(layers, torch.Tensor):
             if layers.dim() < 2 or layers.shape[0] != self.n_layers:
                 raise ValueError(f"ScalarMix: layers must be a ({self.n_layers}, ..., d) tensor, got shape "
@@ -241,8 +251,7 @@ class ScalarMix(nn.Module):
             raise ValueError(f"ScalarMix: layers must be a tensor or a sequence of tensors, got {type(layers).__name__}")
         if stacked.dtype != self.w.dtype:
             raise ValueError(f"ScalarMix: layers have dtype {stacked.dtype}, the parameters {self.w.dtype}")
-        s = torch.softmax(self.w, dim=0)
-        return self.gamma * torch.tensordot(s, stacked, dims=1)
+        return stacked
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX, FineTuningBatch
 from transformer_book.models.bert import BERT
 
@@ -48,22 +49,29 @@ def _new_layer(d_model: int, outputs: int) -> nn.Linear:
     return layer
 
 
-def _check_positive(value: Any, name: str, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{where}: {name} must be a positive int, got {value!r}")
-
-
-def _check_bert(bert: Any, dropout: float, where: str) -> None:
-    """Check the arguments of a head, and fix the weights of BERT's pretraining outputs (the MLM
-    transform, its LayerNorm and bias, the NSP layer), which no head uses: they stay as
-    pretraining left them, and count as neither trainable nor trained."""
+def _check_head(where: str, bert: Any, dropout: float, **sizes: Any) -> None:
+    """The arguments of a head: a BERT, a dropout rate in [0, 1), positive sizes (at least two
+    classes), and a known pooling."""
     if not isinstance(bert, BERT):
         raise ValueError(f"{where}: bert must be a BERT, got {type(bert).__name__}")
     if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"{where}: dropout must be in [0, 1), got {dropout!r}")
+    pooling = sizes.pop("pooling", POOLINGS[0])
+    checks.positive_int(where, **sizes)
+    if sizes.get("n_classes", 2) < 2:
+        raise ValueError(f"{where}: n_classes must be at least 2, got {sizes['n_classes']}")
+    if pooling not in POOLINGS:
+        raise ValueError(f"{where}: pooling must be one of {POOLINGS}, got {pooling!r}")
+
+
+def _outputs_fixed(bert: BERT) -> BERT:
+    """``bert`` with the weights of its pretraining outputs (the MLM transform, its LayerNorm and
+    bias, the NSP layer) fixed: no head uses them, so they stay as pretraining left them and count
+    as neither trainable nor trained."""
     for module in (bert.mlm_transform, bert.mlm_norm, bert.nsp):
         module.requires_grad_(False)
     bert.mlm_bias.requires_grad_(False)
+    return bert
 
 
 class SequenceClassifier(nn.Module):
@@ -79,14 +87,9 @@ class SequenceClassifier(nn.Module):
     """
 
     def __init__(self, bert: BERT, n_classes: int, *, dropout: float = 0.1, pooling: str = "cls") -> None:
+        _check_head("SequenceClassifier", bert, dropout, n_classes=n_classes, pooling=pooling)
         super().__init__()
-        _check_bert(bert, dropout, "SequenceClassifier")
-        _check_positive(n_classes, "n_classes", "SequenceClassifier")
-        if n_classes < 2:
-            raise ValueError(f"SequenceClassifier: n_classes must be at least 2, got {n_classes}")
-        if pooling not in POOLINGS:
-            raise ValueError(f"SequenceClassifier: pooling must be one of {POOLINGS}, got {pooling!r}")
-        self.bert, self.dropout, self.pooling = bert, nn.Dropout(dropout), pooling
+        self.bert, self.dropout, self.pooling = _outputs_fixed(bert), nn.Dropout(dropout), pooling
         self.classifier = _new_layer(bert.config.d_model, n_classes)
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,14 +112,23 @@ class TokenTagger(nn.Module):
     """
 
     def __init__(self, bert: BERT, n_tags: int, *, dropout: float = 0.1) -> None:
+        _check_head("TokenTagger", bert, dropout, n_tags=n_tags)
         super().__init__()
-        _check_bert(bert, dropout, "TokenTagger")
-        _check_positive(n_tags, "n_tags", "TokenTagger")
-        self.bert, self.dropout = bert, nn.Dropout(dropout)
+        self.bert, self.dropout = _outputs_fixed(bert), nn.Dropout(dropout)
         self.tagger = _new_layer(bert.config.d_model, n_tags)
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         return self.tagger(self.dropout(self.bert.encode(tokens, segments)))
+
+
+def _check_allowed(allowed: torch.Tensor | None, tokens: torch.Tensor) -> None:
+    if allowed is None:
+        return
+    if allowed.dtype != torch.bool or allowed.shape != tokens.shape:
+        raise ValueError(f"SpanExtractor: allowed must be a bool tensor of the tokens' shape "
+                         f"{tuple(tokens.shape)}, got {allowed.dtype} {tuple(allowed.shape)}")
+    if not allowed.any(dim=1).all():
+        raise ValueError("SpanExtractor: a row of allowed is all False (no position may hold the answer)")
 
 
 class SpanExtractor(nn.Module):
@@ -129,23 +141,26 @@ class SpanExtractor(nn.Module):
     """
 
     def __init__(self, bert: BERT) -> None:
+        _check_head("SpanExtractor", bert, 0.0)
         super().__init__()
-        _check_bert(bert, 0.0, "SpanExtractor")
-        self.bert = bert
+        self.bert = _outputs_fixed(bert)
         self.span = _new_layer(bert.config.d_model, 2)
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None,
                 allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_allowed(allowed, tokens)
         start, end = self.span(self.bert.encode(tokens, segments)).unbind(-1)
         if allowed is not None:
-            if allowed.dtype != torch.bool or allowed.shape != tokens.shape:
-                raise ValueError(f"SpanExtractor: allowed must be a bool tensor of the tokens' shape "
-                                 f"{tuple(tokens.shape)}, got {allowed.dtype} {tuple(allowed.shape)}")
-            if not allowed.any(dim=1).all():
-                raise ValueError("SpanExtractor: a row of allowed is all False (no position may hold the answer)")
             start = start.masked_fill(~allowed, float("-inf"))
             end = end.masked_fill(~allowed, float("-inf"))
         return start, end
+
+
+def _check_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length: int) -> None:
+    checks.positive_int("best_spans", max_length=max_length)
+    if start_logits.dim() != 2 or start_logits.shape != end_logits.shape:
+        raise ValueError(f"best_spans: start and end logits must both be (B, n), got {tuple(start_logits.shape)} "
+                         f"and {tuple(end_logits.shape)}")
 
 
 def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length: int) -> torch.Tensor:
@@ -156,10 +171,7 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length:
     Raises:
         ValueError: scores of different or non-2-D shapes, or ``max_length`` not a positive int.
     """
-    _check_positive(max_length, "max_length", "best_spans")
-    if start_logits.dim() != 2 or start_logits.shape != end_logits.shape:
-        raise ValueError(f"best_spans: start and end logits must both be (B, n), got {tuple(start_logits.shape)} "
-                         f"and {tuple(end_logits.shape)}")
+    _check_spans(start_logits, end_logits, max_length)
     n = start_logits.shape[1]
     i = torch.arange(n, device=start_logits.device)
     band = (i[None, :] >= i[:, None]) & (i[None, :] < i[:, None] + max_length)       # (n, n): i <= j < i + L
@@ -223,6 +235,17 @@ def predict(model: nn.Module, batch: FineTuningBatch, *, max_answer_length: int 
                      f"got {type(model).__name__}")
 
 
+def _checked_encoder(model: nn.Module, trainable_layers: int) -> BERT:
+    bert = getattr(model, "bert", None)
+    if not isinstance(bert, BERT):
+        raise ValueError(f"freeze_encoder: model must have a BERT as .bert, got {type(model).__name__}")
+    n_layers = bert.config.n_layers
+    if isinstance(trainable_layers, bool) or not isinstance(trainable_layers, int) \
+            or not 0 <= trainable_layers <= n_layers:
+        raise ValueError(f"freeze_encoder: trainable_layers must be an int in [0, {n_layers}], got {trainable_layers!r}")
+    return bert
+
+
 def freeze_encoder(model: nn.Module, *, trainable_layers: int = 0) -> int:
     """Fix the weights of ``model.bert`` except its top ``trainable_layers`` encoder layers; the
     head always trains. With at least one layer trained, what lies above the layers trains too:
@@ -236,13 +259,8 @@ def freeze_encoder(model: nn.Module, *, trainable_layers: int = 0) -> int:
         ValueError: no ``bert`` attribute holding a BERT, or ``trainable_layers`` outside
             ``[0, n_layers]``.
     """
-    bert = getattr(model, "bert", None)
-    if not isinstance(bert, BERT):
-        raise ValueError(f"freeze_encoder: model must have a BERT as .bert, got {type(model).__name__}")
+    bert = _checked_encoder(model, trainable_layers)  # model.bert
     n_layers = bert.config.n_layers
-    if isinstance(trainable_layers, bool) or not isinstance(trainable_layers, int) \
-            or not 0 <= trainable_layers <= n_layers:
-        raise ValueError(f"freeze_encoder: trainable_layers must be an int in [0, {n_layers}], got {trainable_layers!r}")
     for parameter in bert.parameters():
         parameter.requires_grad_(False)
     for layer in list(bert.encoder.layers)[n_layers - trainable_layers:]:

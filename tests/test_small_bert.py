@@ -1,4 +1,4 @@
-"""Tests of transformer_book.small_bert, chapter 13's BERT: the recipes (per profile and device,
+"""Tests of transformer_book.recipes.bert, chapter 13's BERT: the recipes (per profile and device,
 the study's variants), the data and training of a tiny recipe, the stored compute study, the
 optimisation settings, where the checkpoint lives, and loading a saved model (never the full
 pretraining branch, which the tests forbid by patching it away)."""
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_book import small_bert, training
+from transformer_book import training
+from transformer_book.recipes import bert as small_bert
 from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.models.bert import BERT, BERTConfig
 from transformer_book.models.bert import evaluate_pretraining
-from transformer_book.small_bert import (
+from transformer_book.recipes.bert import (
     FIRST_EDITION,
     INPUTS,
     MAX_LEN,

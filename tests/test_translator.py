@@ -1,4 +1,4 @@
-"""transformer_book.translator: train chapter 7's translator once, then reuse the saved file."""
+"""transformer_book.recipes.translator: train chapter 7's translator once, then reuse the saved file."""
 
 import json
 import re
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_book import data, decoding, translator
+from transformer_book import data, decoding
+from transformer_book.recipes import translator
 from transformer_book.decoding import translate
 
 pytestmark = pytest.mark.usefixtures("one_thread")

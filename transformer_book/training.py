@@ -197,9 +197,6 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-_to_device = to_device  # chapter 14's name for it until that chapter is re-run
-
-
 def seconds_per_step(
     model: nn.Module,
     batches: Callable[[int], Any],

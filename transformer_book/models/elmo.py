@@ -45,7 +45,7 @@ from torch import nn
 
 from transformer_book import checks
 
-__all__ = ["LSTMCell", "LSTMLayer", "ScalarMix", "BiLMConfig", "BiLM"]
+__all__ = ["lstm_update", "LSTMCell", "LSTMLayer", "ScalarMix", "BiLMConfig", "BiLM"]
 
 ENGINES = ("torch", "book")
 
@@ -63,8 +63,12 @@ def _check_float(owner: str, name: str, t: object, shape: tuple[int | None, ...]
         raise ValueError(f"{owner}: {name} must be a {dtype} tensor of shape {wanted}, got {_describe(t)}")
 
 
-def _lstm_update(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """From the pre-activations ``(B, 4h)``, stacked ``[i, f, g, o]``, and ``c`` ``(B, h)`` to ``(h', c')``."""
+def lstm_update(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The LSTM's state update, from the gates' pre-activations ``(B, 4h)`` (stacked ``[i, f, g, o]``)
+    and the cell ``c`` ``(B, h)`` to ``(h', c')``:
+
+    .. math:: c' = \sigma(f) \odot c + \sigma(i) \odot \tanh(g), \qquad h' = \sigma(o) \odot \tanh(c')
+    """
     i, f, g, o = gates.chunk(4, dim=-1)
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(c_new), c_new
@@ -128,7 +132,7 @@ class LSTMCell(nn.Module):
         self._check_inputs(x, state)
         h, c = state if state is not None else (x.new_zeros(x.shape[0], self.d_hidden),) * 2
         gates = x @ self.weight_ih.T + self.bias_ih + h @ self.weight_hh.T + self.bias_hh  # (B, 4h)
-        return _lstm_update(gates, c)
+        return lstm_update(gates, c)
 
     def _check_inputs(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         """A floating ``(B, d_input)`` ``x`` of the weights' dtype, and a state ``(h, c)`` of
@@ -190,7 +194,7 @@ class LSTMLayer(nn.Module):
         outputs = []
         for from_input_t in from_input.unbind(1):  # t = 1 .. n
             gates = from_input_t + h @ self.weight_hh_l0.T + self.bias_hh_l0
-            h, c = _lstm_update(gates, c)
+            h, c = lstm_update(gates, c)
             outputs.append(h)
         return torch.stack(outputs, dim=1), (h.unsqueeze(0), c.unsqueeze(0))
 

@@ -1,8 +1,0 @@
-"""The same module as :mod:`transformer_book.recipes.translator` (its name before the recipes had a
-package of their own; the chapters that still import it keep working)."""
-
-import sys
-
-from transformer_book.recipes import translator as _recipe
-
-sys.modules[__name__] = _recipe

@@ -3,6 +3,8 @@ call that a later chapter makes to get the model a chapter trained.
 
 * :mod:`~transformer_book.recipes.translator`: chapter 7's German-to-English Transformers
   (Multi30k and Tatoeba), used again by chapters 8 and 12;
+* :mod:`~transformer_book.recipes.gpt`: chapter 9's GPT language models, the ten-minute Tiny
+  Shakespeare model for a later chapter;
 * :mod:`~transformer_book.recipes.bert`: chapter 13's small BERT and the compute study that
   chose it, used again by chapters 14 and 15.
 

@@ -24,13 +24,14 @@ def load_or_train(
     train: Callable[[], tuple[nn.Module, Any, dict[str, Any]]],
     *,
     model_class: type[nn.Module],
-    tokenizer_class: type,
+    tokenizer_class: type | None,
     device: torch.device,
     where: str,
 ) -> tuple[nn.Module, Any, dict[str, Any]]:
     """``(model in eval mode, tokenizer, metadata)`` read from ``path`` when the file exists, else
     ``train()``'s (which trains, saves to ``path`` and returns the same three).
     ``metadata["source"]`` says ``"loaded"`` or ``"trained"``, ``metadata["path"]`` where.
+    ``tokenizer_class=None`` is a model saved without a tokenizer (chapter 9's character GPT).
 
     Raises:
         ValueError: the file holds something other than a ``model_class`` with its
@@ -38,10 +39,12 @@ def load_or_train(
     """
     if path.exists():
         model, tokenizer, metadata = checkpoints.load_model(path, device=device)
-        if not isinstance(model, model_class) or not isinstance(tokenizer, tokenizer_class):
+        wanted = type(None) if tokenizer_class is None else tokenizer_class
+        if not isinstance(model, model_class) or not isinstance(tokenizer, wanted):
             held = "no tokenizer" if tokenizer is None else f"a {type(tokenizer).__name__}"
+            asked = "no tokenizer" if tokenizer_class is None else f"a {tokenizer_class.__name__}"
             raise ValueError(f"{where}: {path} holds a {type(model).__name__} with {held}, not a "
-                             f"{model_class.__name__} with a {tokenizer_class.__name__}")
+                             f"{model_class.__name__} with {asked}")
         return model, tokenizer, {**metadata, "source": "loaded", "path": str(path)}
     model, tokenizer, metadata = train()
     return model.eval(), tokenizer, {**metadata, "source": "trained", "path": str(path)}

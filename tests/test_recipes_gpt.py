@@ -1,0 +1,99 @@
+"""transformer_book.recipes.gpt: chapter 9's GPT recipe, its time budget, and its one load-or-train."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from transformer_book import checkpoints, data, training
+from transformer_book.models import BERT, BERTConfig, GPT
+from transformer_book.recipes import gpt
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TEXT = "to be or not to be, that is the question; whether 'tis nobler in the mind to suffer\n" * 40
+TINY = dict(context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
+
+
+def test_the_recipe_is_chapter_9s_optimiser_and_schedule():
+    recipe = gpt.GPTRecipe(dict(TINY), batch=4, lr=1e-3, steps=200, warmup_steps=20, budget_s=5.0)
+    config = recipe.train_config(seed=3)
+    assert (config.schedule, config.min_lr_ratio, config.betas, config.weight_decay) == ("cosine", 0.1, (0.9, 0.99), 0.1)
+    assert (config.steps, config.warmup_steps, config.lr, config.time_budget_s, config.seed) == (200, 20, 1e-3, 5.0, 3)
+    assert (config.eval_every, config.log_every, config.smoothing, config.clip_norm) == (20, 4, 0.0, 1.0)
+    assert recipe.model_config(30) == gpt.GPTConfig(30, **TINY)
+    assert gpt.shakespeare_recipe("full").sizes == gpt.LONG_SIZES and gpt.shakespeare_recipe("full").budget_s == 600.0
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(batch=0), "batch must be a positive int"),
+    (dict(steps=2.5), "steps must be a positive int"),
+    (dict(warmup_steps=-1), "warmup_steps must be a non-negative int"),
+    (dict(lr=float("nan")), "lr"),
+    (dict(budget_s=0.0), "budget_s"),
+    (dict(sizes=dict(TINY, n_heads=3)), "not divisible by n_heads"),
+])
+def test_a_bad_recipe_is_refused_when_made(change, message):
+    with pytest.raises(ValueError, match=message):
+        gpt.GPTRecipe(**{**dict(sizes=dict(TINY)), **change})
+
+
+def test_filling_sets_the_steps_that_fill_the_budget(monkeypatch):
+    monkeypatch.setattr(training, "seconds_per_step", lambda *args, **kwargs: 1 / 64)
+    filled = gpt.GPTRecipe(dict(TINY), batch=4).filling(30.0, 20, device="cpu")
+    assert (filled.steps, filled.warmup_steps, filled.budget_s) == (1862, 100, 30.0)      # 97% of 30 s at 64 steps a second
+    short = gpt.GPTRecipe(dict(TINY), batch=4).filling(0.5, 20, device="cpu")
+    assert (short.steps, short.warmup_steps) == (31, 3)
+    assert dataclasses.replace(filled, steps=2_000, warmup_steps=100, budget_s=None) == gpt.GPTRecipe(dict(TINY), batch=4)
+
+
+def test_filling_times_a_real_step():
+    filled = gpt.GPTRecipe(dict(TINY), batch=4).filling(1.0, 20, device="cpu")
+    assert filled.steps >= 20 and filled.budget_s == 1.0
+
+
+def test_train_is_seeded_and_learns():
+    corpus = data.char_corpus(TEXT)
+    val = gpt.validation_batches(corpus.val_ids, TINY["context"], n_batches=2, batch=4)
+    recipe = gpt.GPTRecipe(dict(TINY), batch=8, lr=3e-3, steps=60, warmup_steps=5)
+    first = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", name="tiny")
+    again = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", name="tiny")
+    assert first.summary["val_loss"] == again.summary["val_loss"] and first.summary["steps"] == 60
+    assert first.history.val_loss[0][1] > first.summary["val_loss"] + 0.5      # it learned the repeated line
+    assert first.summary["parameters"] == sum(p.numel() for p in first.model.parameters()) and not first.model.training
+    assert first.summary["tokens_per_s"] == pytest.approx(60 * 8 * 16 / first.summary["seconds"])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size - 1, device="cpu")
+    with pytest.raises(ValueError, match="integer ids"):
+        gpt.train(recipe, corpus.train_ids.float(), val, corpus.vocab_size, device="cpu")
+
+
+@pytest.fixture
+def small_shakespeare(monkeypatch, tmp_path):
+    monkeypatch.setenv("TB_PROFILE", "quick")
+    monkeypatch.setenv("TB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(data, "load_tiny_shakespeare", lambda **kwargs: data.char_corpus(TEXT))
+    monkeypatch.setattr(gpt, "shakespeare_recipe", lambda profile=None: gpt.GPTRecipe(dict(TINY), batch=4, budget_s=0.3))
+
+
+def test_trains_once_then_loads(small_shakespeare, tmp_path):
+    path = gpt.checkpoint_path()
+    assert path == tmp_path / "cache" / "checkpoints" / "09_language_model-quick.pt"
+    model, corpus, info = gpt.load_or_train(device="cpu")
+    assert info["source"] == "trained" and path.exists() and isinstance(model, GPT) and not model.training
+    again, corpus2, info2 = gpt.load_or_train(device="cpu")
+    assert info2["source"] == "loaded" and info2["val_loss"] == info["val_loss"] and corpus2.chars == corpus.chars
+    x = corpus.encode("to be or not")[None]
+    torch.testing.assert_close(again(x), model(x), rtol=0, atol=0)
+
+
+def test_load_or_train_refuses_another_model_or_vocabulary(small_shakespeare, tmp_path):
+    bert = checkpoints.save_model(tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32,
+                                                                         n_layers=1, max_len=16)))
+    with pytest.raises(ValueError, match=r"bert.pt holds a BERT with no tokenizer, not a GPT with no tokenizer"):
+        gpt.load_or_train(path=bert, device="cpu")
+    other = data.char_corpus("abcdefghij" * 100)
+    model = GPT(gpt.GPTConfig(other.vocab_size, **TINY))
+    path = checkpoints.save_model(tmp_path / "other.pt", model, metadata={"chars": "".join(other.chars)})
+    with pytest.raises(ValueError, match="another character vocabulary"):
+        gpt.load_or_train(path=path, device="cpu")

@@ -25,7 +25,8 @@ Modules, one idea each (import what a chapter needs)::
     transformer_book.decoding     greedy, sampling, beam search, with a KV cache (ch. 7-9)
     transformer_book.metrics      BLEU and chrF (sacrebleu), BLEU by source length (ch. 7-),
                                   SQuAD's exact match and F1 (ch. 14)
-    transformer_book.recipes      chapter 7's translators and chapter 13's BERT, loaded or trained
+    transformer_book.recipes      the training recipes of chapter 7's translators, chapter 9's GPT
+                                  and chapter 13's BERT; their models loaded or trained
     transformer_book.pretrained   Hugging Face BERT and GPT-2 weights in the book's models (ch. 15)
     transformer_book.prompting    zero-shot cloze and next-token classification (ch. 15)
     transformer_book.incontext    in-context learning in a small GPT            (ch. 15)

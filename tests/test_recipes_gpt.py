@@ -68,6 +68,24 @@ def test_train_is_seeded_and_learns():
         gpt.train(recipe, corpus.train_ids.float(), val, corpus.vocab_size, device="cpu")
 
 
+def test_train_and_filling_take_another_model():
+    corpus = data.char_corpus(TEXT)
+    val = gpt.validation_batches(corpus.val_ids, TINY["context"], n_batches=2, batch=4)
+    recipe = gpt.GPTRecipe(dict(TINY), batch=8, lr=3e-3, steps=5, warmup_steps=1)
+    built = []
+
+    def build():
+        built.append(torch.rand(1).item())        # drawn after the seed: the same each run
+        return GPT(gpt.GPTConfig(corpus.vocab_size, **dict(TINY, n_layers=2)))
+
+    first = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", build=build)
+    again = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", build=build)
+    assert len(first.model.blocks.layers) == 2 and built[0] == built[1]
+    assert first.summary["val_loss"] == again.summary["val_loss"]
+    filled = recipe.filling(0.5, corpus.vocab_size, device="cpu", model=first.model)
+    assert filled.steps >= 20
+
+
 @pytest.fixture
 def small_shakespeare(monkeypatch, tmp_path):
     monkeypatch.setenv("TB_PROFILE", "quick")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -75,13 +75,15 @@ class GPTRecipe:
                                     smoothing=0.0, clip_norm=1.0, eval_every=max(1, self.steps // 10),
                                     log_every=max(1, self.steps // 50), seed=seed, time_budget_s=self.budget_s)
 
-    def filling(self, budget_s: float, vocab_size: int, *, device: torch.device | str) -> "GPTRecipe":
+    def filling(self, budget_s: float, vocab_size: int, *, device: torch.device | str,
+                model: nn.Module | None = None) -> "GPTRecipe":
         """This recipe with the number of steps that fills 97% of ``budget_s`` seconds on
-        ``device`` (timed on a throwaway model of the same sizes,
+        ``device`` (timed on a throwaway model: a GPT of the recipe's sizes, or ``model``, a
+        language model of another architecture to be trained with this recipe;
         :func:`~transformer_book.training.seconds_per_step`), a warm-up of a tenth of them (at
         most 100) and ``budget_s`` as its time budget."""
         checks.finite_real("GPTRecipe.filling", "budget_s", budget_s, above=0)
-        model = GPT(self.model_config(vocab_size))
+        model = GPT(self.model_config(vocab_size)) if model is None else model
         x = torch.randint(0, vocab_size, (self.batch, self.sizes["context"] + 1))
         step_s = training.seconds_per_step(model, lambda step: (x[:, :-1], x[:, 1:]), objectives.language_model_loss(),
                                            device=device)
@@ -110,7 +112,7 @@ class TrainedLM(NamedTuple):
     summary: ``name``, ``parameters``, ``steps`` done, ``seconds`` they took, the last
     ``val_loss`` and training ``tokens_per_s``."""
 
-    model: GPT
+    model: nn.Module
     history: training.History
     summary: dict[str, Any]
 
@@ -124,15 +126,18 @@ def train(
     device: torch.device | str,
     name: str = "GPT",
     seed: int = 0,
+    build: Callable[[], nn.Module] | None = None,
 ) -> TrainedLM:
     """Train a fresh GPT (initialised from ``torch.manual_seed(seed)``) on random windows of
     ``train_ids`` with ``recipe``, evaluating on ``val_batches`` (see :func:`validation_batches`);
-    returns it in eval mode with its history and summary."""
+    returns it in eval mode with its history and summary. ``build``, when given, makes the model
+    instead (another language model of the same interface, such as chapter 18's ModernGPT), called
+    after the seed is set."""
     checks.id_tensor("recipes.gpt.train", "train_ids", train_ids, "(N)")
     if train_ids.numel() and not 0 <= int(train_ids.min()) <= int(train_ids.max()) < vocab_size:
         raise ValueError(f"recipes.gpt.train: train_ids hold ids outside the vocabulary [0, {vocab_size})")
     torch.manual_seed(seed)
-    model = GPT(recipe.model_config(vocab_size))
+    model = GPT(recipe.model_config(vocab_size)) if build is None else build()
     history = training.fit(model, data.RandomWindows(train_ids, recipe.sizes["context"], recipe.batch, seed=seed),
                            objectives.language_model_loss(), recipe.train_config(seed),
                            val_batches=lambda: val_batches, device=device)

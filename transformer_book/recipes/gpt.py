@@ -1,6 +1,6 @@
 """Chapter 9's GPT language models as recipes: one dataclass per training run, one call that trains it.
 
-Chapter 9 trains decoder-only Transformers (:class:`~transformer_book.models.GPT`) on a token
+Chapter 9 trains decoder-only Transformers (:class:`~transformer_book.models.gpt.GPT`) on a token
 stream with one recipe: random windows of the stream (:class:`~transformer_book.data.RandomWindows`),
 AdamW with betas (0.9, 0.99) and weight decay 0.1, a linear warm-up then a cosine decay to a
 tenth of the peak rate, gradients clipped at norm 1, no label smoothing. A run on the CPU is
@@ -30,18 +30,18 @@ __all__ = ["GPTRecipe", "TrainedLM", "TINY_SIZES", "SMALL_SIZES", "LONG_SIZES", 
            "validation_batches", "train", "checkpoint_path", "save_shakespeare", "load_or_train"]
 
 TINY_SIZES = dict(context=32, d_model=32, n_heads=2, n_layers=1, dropout=0.0)
-"""The quick profile's model: one layer of width 32."""
+"""One layer of width 32, the quick profile's model."""
 SMALL_SIZES = dict(context=64, d_model=128, n_heads=4, n_layers=4, dropout=0.0)
-"""Chapter 9's two-minute model: 4 layers, 4 heads, width 128, context 64 (nanoGPT's CPU example)."""
+"""4 layers, 4 heads, width 128, context 64 (nanoGPT's CPU example), chapter 9's two-minute model."""
 LONG_SIZES = dict(context=256, d_model=128, n_heads=4, n_layers=4, dropout=0.0)
-"""Chapter 9's ten-minute model: the two-minute one with four times the context."""
+"""The two-minute model with four times the context, chapter 9's ten-minute model."""
 
 
 @dataclass(frozen=True)
 class GPTRecipe:
-    """How chapter 9 trains a :class:`~transformer_book.models.GPT`.
+    """How chapter 9 trains a :class:`~transformer_book.models.gpt.GPT`.
 
-    ``sizes`` are the :class:`~transformer_book.models.GPTConfig` fields but the vocabulary
+    ``sizes`` are the :class:`~transformer_book.models.gpt.GPTConfig` fields but the vocabulary
     (``context``, ``d_model``, ``n_heads``, ``n_layers``, ``dropout``). Batches hold ``batch``
     random windows of ``context`` tokens; the learning rate warms up linearly to ``lr`` over
     ``warmup_steps`` and decays by a cosine to ``lr / 10`` at step ``steps``; ``budget_s``, when
@@ -64,7 +64,7 @@ class GPTRecipe:
         self.model_config(1)  # the sizes are a valid GPTConfig
 
     def model_config(self, vocab_size: int) -> GPTConfig:
-        """The :class:`~transformer_book.models.GPTConfig` of this recipe for ``vocab_size`` tokens."""
+        """The :class:`~transformer_book.models.gpt.GPTConfig` of this recipe for ``vocab_size`` tokens."""
         return GPTConfig(vocab_size, **self.sizes)
 
     def train_config(self, seed: int = 0) -> training.TrainConfig:

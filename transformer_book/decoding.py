@@ -191,11 +191,11 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
-def _check_top_p(where: str, p: float, logits: torch.Tensor | None) -> None:
-    """``p`` in (0, 1], and ``logits`` (when given) without NaN."""
+def _check_top_p(where: str, p: float, logits: torch.Tensor) -> None:
+    """``p`` in (0, 1], and ``logits`` without NaN."""
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
         raise ValueError(f"{where}: p must lie in (0, 1], got {p!r}")
-    if logits is not None and torch.isnan(logits).any():
+    if torch.isnan(logits).any():
         raise ValueError(f"{where}: logits hold NaN")
 
 

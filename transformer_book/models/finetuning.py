@@ -49,14 +49,13 @@ def _new_layer(d_model: int, outputs: int) -> nn.Linear:
     return layer
 
 
-def _check_head(where: str, bert: Any, dropout: float, **sizes: Any) -> None:
+def _check_head(where: str, bert: Any, dropout: float, *, pooling: str = POOLINGS[0], **sizes: Any) -> None:
     """The arguments of a head: a BERT, a dropout rate in [0, 1), positive sizes (at least two
     classes), and a known pooling."""
     if not isinstance(bert, BERT):
         raise ValueError(f"{where}: bert must be a BERT, got {type(bert).__name__}")
     if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
         raise ValueError(f"{where}: dropout must be in [0, 1), got {dropout!r}")
-    pooling = sizes.pop("pooling", POOLINGS[0])
     checks.positive_int(where, **sizes)
     if sizes.get("n_classes", 2) < 2:
         raise ValueError(f"{where}: n_classes must be at least 2, got {sizes['n_classes']}")

@@ -178,7 +178,8 @@ def load_or_train(
 
     def trained() -> tuple[nn.Module, None, dict[str, Any]]:
         full = runtime.profile() == "full"
-        recipe = shakespeare_recipe().filling(shakespeare_recipe().budget_s, corpus.vocab_size, device=device)
+        recipe = shakespeare_recipe()
+        recipe = recipe.filling(recipe.budget_s, corpus.vocab_size, device=device)
         val = validation_batches(corpus.val_ids, recipe.sizes["context"], n_batches=20 if full else 2, batch=20 if full else 4)
         run = train(recipe, corpus.train_ids, val, corpus.vocab_size, device=device, name="ten minutes")
         save_shakespeare(run.model, corpus, run.summary, path)

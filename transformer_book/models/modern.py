@@ -1,0 +1,218 @@
+r"""A decoder-only language model built as today's are (chapter 18), beside chapter 9's GPT.
+
+.. math::
+
+    H^{(0)} = E[x_{1:n}], \qquad
+    H^{(l)} = \operatorname{ModernBlock}_l\bigl(H^{(l-1)}\bigr), \qquad
+    P(x_{t+1} \mid x_{\le t}) = \operatorname{softmax}\bigl(\operatorname{RMSNorm}(H^{(L)}_t)\, E^\top\bigr)
+
+Each block (:class:`~transformer_book.modern_layers.ModernBlock`, as in LLaMA, Touvron et al.
+2023) is pre-norm with RMSNorm, causal grouped-query attention with rotary positions and a SwiGLU
+feed-forward network, with no bias anywhere. There is no position table: positions enter only
+as rotations of the queries and keys (one :class:`~transformer_book.positional.RotaryEmbedding`
+shared by the layers), so nothing is learned per position. The interface is
+:class:`~transformer_book.models.gpt.GPT`'s: ``forward``, ``decode_step`` with one
+:class:`~transformer_book.attention.KVCache` per layer (which stores ``n_kv_heads`` heads), so
+that :func:`transformer_book.decoding.generate` drives either model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+import torch
+from torch import nn
+
+from transformer_book import checks
+from transformer_book.attention import KVCache
+from transformer_book.modern_layers import ModernBlock, RMSNorm, swiglu_width
+from transformer_book.positional import RotaryEmbedding
+
+__all__ = ["ModernGPT", "ModernGPTConfig"]
+
+
+@dataclass(frozen=True)
+class ModernGPTConfig:
+    """Hyper-parameters of :class:`ModernGPT`.
+
+    ``context`` is the longest sequence the model accepts (rotary positions exist for any
+    length; the limit keeps the model to the lengths it was trained on). ``n_kv_heads``: the
+    key/value heads of grouped-query attention, dividing ``n_heads``; ``None`` means
+    ``n_heads`` (multi-head attention), 1 multi-query attention. ``d_ff``: the SwiGLU width;
+    ``None`` means :func:`~transformer_book.modern_layers.swiglu_width` ``(d_model)``, the integer
+    part of :math:`\\tfrac{2}{3} \\cdot 4 d_{\\text{model}}` rounded up to a multiple of 8 (344 for
+    ``d_model = 128``), at which the three SwiGLU matrices hold as many weights as a GPT's two
+    ``4 d_model``-wide ones. ``d_model / n_heads`` must be even (rotary positions turn pairs of
+    features). ``rope_base``: the base of the rotary frequencies.
+    """
+
+    vocab_size: int
+    context: int = 256
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    n_layers: int = 4
+    d_ff: int | None = None
+    dropout: float = 0.0
+    tie_output: bool = True
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context", "d_model", "n_heads", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModernGPTConfig: {name} must be a positive int, got {value!r}")
+        for name in ("n_kv_heads", "d_ff"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"ModernGPTConfig: {name} must be a positive int or None, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"ModernGPTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"ModernGPTConfig: n_heads={self.n_heads} is not divisible by "
+                             f"n_kv_heads={self.kv_heads}")
+        if self.d_k % 2:
+            raise ValueError(f"ModernGPTConfig: d_k = d_model / n_heads = {self.d_k} must be even: rotary "
+                             "positions turn pairs of features")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, Real) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ModernGPTConfig: dropout must lie in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.tie_output, bool):
+            raise ValueError(f"ModernGPTConfig: tie_output must be a bool, got {self.tie_output!r}")
+        if (isinstance(self.rope_base, bool) or not isinstance(self.rope_base, Real)
+                or not math.isfinite(self.rope_base) or self.rope_base <= 1):
+            raise ValueError(f"ModernGPTConfig: rope_base must be a finite real > 1, got {self.rope_base!r}")
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads, ``n_kv_heads`` or ``n_heads``."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def ff_width(self) -> int:
+        """The SwiGLU width, ``d_ff`` or :func:`~transformer_book.modern_layers.swiglu_width` ``(d_model)``."""
+        return self.d_ff if self.d_ff is not None else swiglu_width(self.d_model)
+
+    @property
+    def d_k(self) -> int:
+        """Features per head, ``d_model // n_heads``."""
+        return self.d_model // self.n_heads
+
+
+class ModernGPT(nn.Module):
+    r"""A decoder-only language model of :class:`~transformer_book.modern_layers.ModernBlock` s.
+
+    ``forward(tokens)``: ``(B, n)`` integer ids, ``n <= context`` -> logits ``(B, n, vocab_size)``,
+    position ``t`` scoring token ``t + 1``. Sub-modules ``embedding``, ``dropout`` (on the
+    embeddings), ``rotary`` (shared by every layer's attention), ``blocks`` (an ``nn.ModuleList``),
+    ``norm`` (the final RMSNorm) and ``output`` (tied to ``embedding`` when ``tie_output``).
+
+    Parameters: :math:`V d` (embedding) :math:`+\, L\,(2 d^2 + 2 d\, g\, d_k + 3 d\, d_{ff} + 2d)`
+    (attention with :math:`g` key/value heads, SwiGLU, two RMSNorm gains) :math:`+\, d` (final
+    RMSNorm), plus :math:`V d` for an untied output layer.
+
+    Initialisation as :class:`~transformer_book.models.gpt.GPT`'s (GPT-2's): every weight matrix
+    and the embedding :math:`\mathcal{N}(0, 0.02^2)`, the two projections that write into the
+    residual stream (``self_attn.w_o`` and ``ffn.w2``) :math:`\mathcal{N}(0, (0.02/\sqrt{2L})^2)`,
+    RMSNorm gains one.
+    """
+
+    def __init__(self, config: ModernGPTConfig) -> None:
+        _check_config(config)
+        super().__init__()
+        self.config = c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        self.rotary = RotaryEmbedding(c.d_k, c.rope_base)
+        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, self.rotary, c.dropout)
+                                    for _ in range(c.n_layers))
+        self.norm = RMSNorm(c.d_model)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_output:
+            self.output.weight = self.embedding.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation (see the class docstring); RMSNorm gains back to one."""
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
+        for name, parameter in self.named_parameters():  # a fixed order: seeded runs repeat
+            if name.endswith("gamma"):
+                nn.init.ones_(parameter)
+            elif parameter.dim() < 2:
+                nn.init.zeros_(parameter)
+            elif name.endswith(("w_o.weight", "ffn.w2.weight")):
+                nn.init.normal_(parameter, std=residual_std)
+            else:
+                nn.init.normal_(parameter, std=0.02)
+
+    def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+        _check_tokens(tokens, offset, self.config)
+        return self.dropout(self.embedding(tokens))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self._embed(tokens, 0)
+        for block in self.blocks:
+            x = block(x, causal=True)
+        return self.output(self.norm(x))
+
+    def attention_weights(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The logits ``(B, n, vocab_size)`` of :meth:`forward` and every layer's attention
+        weights, a list of ``(B, n_heads, n, n)`` (the explicit attention path: rows sum to 1,
+        zeros above the diagonal; the heads of one group share their keys, not their weights)."""
+        x, weights = self._embed(tokens, 0), []
+        for block in self.blocks:
+            x, w = block(x, causal=True, need_weights=True)
+            weights.append(w)
+        return self.output(self.norm(x)), weights
+
+    def decode_step(
+        self, tokens_new: torch.Tensor, caches: list[KVCache] | None = None
+    ) -> tuple[torch.Tensor, list[KVCache]]:
+        """Incremental decoding: logits of the new tokens only, reusing the earlier keys and values.
+
+        ``tokens_new`` ``(B, k)`` continue the sequence of the previous calls (the prompt on the
+        first call, with ``caches=None``; then one token per step). Returns ``(logits (B, k,
+        vocab_size), caches)``, one :class:`~transformer_book.attention.KVCache` per layer
+        holding ``(B, n_kv_heads, t, d_k)`` keys and values (rotated); the logits equal the last
+        ``k`` positions of :meth:`forward` over the whole sequence.
+        """
+        caches = self._caches(caches)  # a fresh cache per layer, or the given ones, checked
+        x = self._embed(tokens_new, len(caches[0]))
+        for block, cache in zip(self.blocks, caches):
+            x = block(x, causal=True, cache=cache)
+        return self.output(self.norm(x)), caches
+
+    def _caches(self, caches: list[KVCache] | None) -> list[KVCache]:
+        if caches is None:
+            return [KVCache() for _ in self.blocks]
+        if (not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks)
+                or not all(isinstance(cache, KVCache) for cache in caches)
+                or len({len(cache) for cache in caches}) != 1):
+            raise ValueError(f"ModernGPT: caches must be the list of {len(self.blocks)} KVCaches (one per layer, "
+                             "all of one length) that decode_step returned, or None to start")
+        return list(caches)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_heads={c.n_heads}, "
+                f"n_kv_heads={c.kv_heads}, n_layers={c.n_layers}, d_ff={c.ff_width}")
+
+
+def _check_config(config: object) -> None:
+    if not isinstance(config, ModernGPTConfig):
+        raise ValueError(f"ModernGPT: config must be a ModernGPTConfig, got {type(config).__name__}")
+
+
+def _check_tokens(tokens: object, offset: int, config: ModernGPTConfig) -> None:
+    """A ``(B, n)`` integer tensor, non-empty, of ids in the vocabulary, whose positions
+    ``offset .. offset + n - 1`` lie within the context."""
+    checks.id_tensor("ModernGPT", "tokens", tokens, "(B, n)")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"ModernGPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
+    if bool(((tokens < 0) | (tokens >= config.vocab_size)).any()):  # one wait for a GPU, not two
+        raise ValueError(f"ModernGPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
+                         f"vocabulary [0, {config.vocab_size})")
+    if offset + tokens.shape[1] > config.context:
+        raise ValueError(f"ModernGPT: {offset + tokens.shape[1]} positions exceed the context of "
+                         f"{config.context}; crop the input to its last {config.context} tokens")

@@ -46,6 +46,8 @@ def test_nothing_at_or_below_the_models_imports_the_data():
              "transformer_book.masks", "transformer_book.positional", "transformer_book.contracts",
              "transformer_book.checks", "transformer_book.atomic", "transformer_book.checkpoints",
              "transformer_book.text", "transformer_book.subword", "transformer_book.wordpiece",
+             "transformer_book.bytebpe", "transformer_book.tiled_attention", "transformer_book.grouped_attention",
+             "transformer_book.modern_layers", "transformer_book.lora",
              "transformer_book.decoding", "transformer_book.objectives", "transformer_book.schedules")
     offenders = [f"{module} imports {source}" for module, tree in _modules().items()
                  if module.startswith(below) for source, _ in _imports(tree)

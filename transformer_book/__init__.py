@@ -6,22 +6,31 @@ Modules, one idea each (import what a chapter needs)::
     transformer_book.text         word tokenisation and vocabularies
     transformer_book.subword      BPE subword tokeniser (SentencePiece), special ids (ch. 7-)
     transformer_book.wordpiece    BERT's WordPiece tokeniser                   (ch. 13-)
+    transformer_book.bytebpe      GPT-2's byte-level BPE, no unknown token      (ch. 16)
     transformer_book.contracts    what data and models share: IGNORE_INDEX, padding, batch
                                   types, the tokenizer / encoder-decoder / LM interfaces
     transformer_book.data         pinned, checksummed corpora, their loaders, batching
     transformer_book.atomic       files written whole or not at all
     transformer_book.checkpoints  checksummed checkpoints; save_model / load_model of every model
     transformer_book.attention    scaled dot-product and multi-head attention    (ch. 1, 3)
+    transformer_book.tiled_attention  online softmax, tiled (FlashAttention) attention, its
+                                  peak memory                                    (ch. 17)
+    transformer_book.grouped_attention  grouped- and multi-query attention, KV-cache size (ch. 17-18)
     transformer_book.masks        padding, causal and combined masks (True = excluded) (ch. 2)
     transformer_book.positional   sinusoidal, learned, relative, rotary, ALiBi, Fourier (ch. 4, 13)
     transformer_book.layers       LayerNorm, FFN, encoder and decoder layers     (ch. 5-6)
+    transformer_book.modern_layers  RMSNorm, SwiGLU, the modern decoder block     (ch. 18)
     transformer_book.models       the Transformer (ch. 6), RNN baselines (ch. 7), GPT (ch. 9),
-                                  ELMo (ch. 12), BERT (ch. 13), fine-tuning heads (ch. 14)
+                                  ELMo (ch. 12), BERT (ch. 13), fine-tuning heads (ch. 14),
+                                  the modern GPT (ch. 18)
     transformer_book.twins        torch.nn twins with copied weights, for checks
     transformer_book.objectives   label-smoothed cross-entropy, seq2seq and LM losses (ch. 7, 9)
     transformer_book.schedules    warm-up learning-rate schedules                (ch. 7)
     transformer_book.training     the resumable fit loop (AMP, compile, DDP)     (ch. 7-)
     transformer_book.flops        a GPT's training FLOPs and MFU                 (ch. 9)
+    transformer_book.scaling      scaling laws: the Chinchilla fit, the compute-optimal
+                                  frontier                                       (ch. 19)
+    transformer_book.lora         low-rank adaptation: LoRALinear, apply, merge  (ch. 20)
     transformer_book.decoding     greedy, sampling, beam search, with a KV cache (ch. 7-9)
     transformer_book.metrics      BLEU and chrF (sacrebleu), BLEU by source length (ch. 7-),
                                   SQuAD's exact match and F1 (ch. 14)

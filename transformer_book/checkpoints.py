@@ -52,6 +52,7 @@ SAVABLE_MODELS: dict[str, tuple[str, str, str]] = {
     "GPT": ("transformer_book.models.gpt", "GPT", "GPTConfig"),
     "BiLM": ("transformer_book.models.elmo", "BiLM", "BiLMConfig"),
     "BERT": ("transformer_book.models.bert", "BERT", "BERTConfig"),
+    "ModernGPT": ("transformer_book.models.modern", "ModernGPT", "ModernGPTConfig"),
 }
 """Every model the book trains, by class name, with the module, the model class and the config
 class that rebuild it. Each is built as ``model_class(config_class(**config))`` and keeps its

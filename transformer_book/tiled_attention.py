@@ -2,7 +2,7 @@ r"""Attention that fits in memory: the online softmax and tiled attention (chapt
 
 Attention as chapter 1 writes it, :math:`O = \operatorname{softmax}(QK^\top / \sqrt{d_k})\,V`,
 holds the :math:`n \times m` scores and probabilities of every head in memory: at
-:math:`n = m = 4096` that is 64 MiB per head in float32, four times the queries, keys and values
+:math:`n = m = 4096` that is 64 MiB per head in float32, about 21 times the head's queries, keys and values
 together. Yet every output row needs only one pass over its scores, if the softmax is computed
 *online*.
 
@@ -64,6 +64,7 @@ Partitioning*; Rabe & Staats 2021, *Self-attention Does Not Need O(n^2) Memory*.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -480,6 +481,7 @@ def _cpu_peak(fn: Callable[..., object], args: tuple[object, ...]) -> int:
     (-bytes), on the CPU) in the order they happened; the peak is the running sum's maximum."""
     from torch.profiler import ProfilerActivity, profile
 
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # read when the profiler starts: keep its log lines quiet
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn(*args)
     events = [e for e in prof.profiler.kineto_results.events()

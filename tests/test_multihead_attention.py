@@ -7,13 +7,14 @@ Comparisons run in float64; nothing expected here is produced by the code under 
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 import torch
 from torch import nn
 
-from transformer_book import twins
+from transformer_book import attention, grouped_attention, twins
 from transformer_book.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_book.masks import causal_mask, combine_masks
 
@@ -714,3 +715,27 @@ def test_the_device_decides_packing_in_one_place_outside_forward(monkeypatch):
     with device_kernels("cuda"):
         mha(x, x, x)
     assert packed == [1]
+
+
+def test_init_projections_is_glorot_uniform_with_zero_biases():
+    torch.manual_seed(0)
+    wide, narrow = nn.Linear(64, 64), nn.Linear(64, 16, bias=False)
+    with torch.no_grad():
+        wide.bias.fill_(3.0)
+    attention.init_projections(wide, narrow)
+    assert torch.equal(wide.bias, torch.zeros(64))
+    for linear in (wide, narrow):
+        bound = math.sqrt(6 / (linear.in_features + linear.out_features))
+        assert linear.weight.abs().max() <= bound
+        assert linear.weight.abs().max() > 0.9 * bound  # spread over the whole interval, not a smaller one
+        assert abs(linear.weight.var().item() - bound**2 / 3) < 0.15 * bound**2 / 3  # U(-a, a) has variance a^2 / 3
+
+
+def test_grouped_and_multi_head_attention_start_alike():
+    # the same seed gives the same projections when the shapes and biases agree (g = h, no biases)
+    torch.manual_seed(0)
+    mha = attention.MultiHeadAttention(32, 4, bias=False)
+    torch.manual_seed(0)
+    gqa = grouped_attention.GroupedQueryAttention(32, 4, 4)
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        assert torch.equal(getattr(mha, name).weight, getattr(gqa, name).weight), name

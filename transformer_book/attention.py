@@ -24,8 +24,8 @@ from torch import nn
 
 from transformer_book import checks
 
-__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "KVCache", "ATTENTION_KERNELS",
-           "prefer_attention_kernel", "device_kernels", "heads_removed"]
+__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "init_projections", "KVCache",
+           "ATTENTION_KERNELS", "prefer_attention_kernel", "device_kernels", "heads_removed"]
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -211,6 +211,15 @@ def _check_mask_and_bias(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | 
         _check_bias(bias, torch.empty(scores_shape, device="meta"))
 
 
+def init_projections(*linears: nn.Linear) -> None:
+    """Initialise attention's projections in place as ``nn.MultiheadAttention`` does: each weight
+    Glorot-uniform, :math:`U(-a, a)` with :math:`a = \\sqrt{6 / (d_{in} + d_{out})}`, each bias zero."""
+    for linear in linears:
+        nn.init.xavier_uniform_(linear.weight)
+        if linear.bias is not None:
+            nn.init.zeros_(linear.bias)
+
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention: ``h`` scaled dot-product attentions side by side.
 
@@ -292,10 +301,7 @@ class MultiHeadAttention(nn.Module):
 
     def reset_parameters(self) -> None:
         """Glorot-uniform projections and zero biases (as ``nn.MultiheadAttention``)."""
-        for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
-            nn.init.xavier_uniform_(linear.weight)
-            if linear.bias is not None:
-                nn.init.zeros_(linear.bias)
+        init_projections(self.w_q, self.w_k, self.w_v, self.w_o)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, dropout={self.dropout}"

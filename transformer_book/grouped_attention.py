@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_book import checks
-from transformer_book.attention import KVCache, scaled_dot_product_attention
+from transformer_book.attention import KVCache, init_projections, scaled_dot_product_attention
 from transformer_book.positional import RotaryEmbedding
 
 __all__ = ["GroupedQueryAttention", "repeat_kv_heads", "kv_cache_bytes"]
@@ -149,10 +149,7 @@ class GroupedQueryAttention(nn.Module):
 
     def reset_parameters(self) -> None:
         """Glorot-uniform projections and zero biases (as :class:`~transformer_book.attention.MultiHeadAttention`)."""
-        for linear in (self.w_q, self.w_k, self.w_v, self.w_o):
-            nn.init.xavier_uniform_(linear.weight)
-            if linear.bias is not None:
-                nn.init.zeros_(linear.bias)
+        init_projections(self.w_q, self.w_k, self.w_v, self.w_o)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, d_k={self.d_k}, "

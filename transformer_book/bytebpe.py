@@ -60,8 +60,9 @@ __all__ = ["ByteLevelBPE", "bytes_to_unicode", "pretokenize", "PRETOKENIZE_PATTE
            "learn_merges"]
 
 PRETOKENIZE_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-"""GPT-2's split pattern (Radford et al., 2019): contractions, then a letter run, a digit run or
-a run of other non-space characters, each with at most one space before it, then white space
+"""The pattern that splits text into pre-tokens in GPT-2 (Radford et al., 2019), which matches
+contractions, then a letter run, a digit run or a run of other non-space characters, each with
+at most one space before it, then white space
 (a run of white space before a word leaves its last space to the word: ``\\s+(?!\\S)``)."""
 
 _SPLIT = regex.compile(PRETOKENIZE_PATTERN)

@@ -45,8 +45,8 @@ ArrayLike = float | Sequence[float] | np.ndarray
 HOFFMANN_GRID: dict[str, tuple[float, ...]] = dict(
     alpha=(0.0, 0.5, 1.0, 1.5, 2.0), beta=(0.0, 0.5, 1.0, 1.5, 2.0), e=(-1.0, -0.5, 0.0, 0.5, 1.0),
     a=(0.0, 5.0, 10.0, 15.0, 20.0, 25.0), b=(0.0, 5.0, 10.0, 15.0, 20.0, 25.0))
-"""Hoffmann et al.'s (2022) grid of initialisations for L-BFGS: 4,500 starts
-(:math:`E = e^e`, :math:`A = e^a`, :math:`B = e^b`)."""
+"""The 4,500 starting points for L-BFGS that Hoffmann et al. (2022) used, a grid over the five
+constants (:math:`E = e^e`, :math:`A = e^a`, :math:`B = e^b`)."""
 
 DEFAULT_GRID: dict[str, tuple[float, ...]] = dict(
     alpha=(0.25, 0.5, 1.0), beta=(0.25, 0.5, 1.0), e=(-1.0, 0.0, 1.0), a=(0.0, 5.0, 10.0), b=(0.0, 10.0, 20.0))

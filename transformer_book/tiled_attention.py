@@ -550,7 +550,7 @@ class MemoryRow(NamedTuple):
 
     @property
     def ratio(self) -> float:
-        """Materialised over tiled peak memory: how many times less tiled attention needs."""
+        """The materialised peak memory divided by the tiled one, how many times less tiled attention needs."""
         return self.materialised_bytes / self.tiled_bytes
 
 

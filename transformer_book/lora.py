@@ -84,7 +84,7 @@ class LoRALinear(nn.Module):
     first step moves :math:`B` only.
 
     :meth:`merge` adds :math:`\Delta W = \frac{\alpha}{r} B A` (:meth:`delta_weight`) to the base
-    weight and makes :meth:`~transformer_book.lora.LoRALinear.forward` skip the branch (``merged`` is then ``True``; for
+    weight and makes :meth:`forward` skip the branch (``merged`` is then ``True``; for
     inference: a merged layer passes no gradient to :math:`A` and :math:`B`); :meth:`unmerge`
     subtracts it again, which restores the weight up to float rounding.
 
@@ -151,7 +151,7 @@ class LoRALinear(nn.Module):
 
     @torch.no_grad()
     def merge(self) -> LoRALinear:
-        """Add :math:`\\Delta W` to the base weight in place, so that :meth:`~transformer_book.lora.LoRALinear.forward` is one
+        """Add :math:`\\Delta W` to the base weight in place, so that :meth:`forward` is one
         product; a merged layer stays merged (calling it again changes nothing). Returns ``self``."""
         if not self.merged:
             self.base.weight.add_(self.delta_weight())

@@ -157,7 +157,7 @@ class ModernGPT(nn.Module):
         return self.output(self.norm(x))
 
     def attention_weights(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The logits ``(B, n, vocab_size)`` of :meth:`~transformer_book.models.modern.ModernGPT.forward` and every layer's attention
+        """The logits ``(B, n, vocab_size)`` of :meth:`forward` and every layer's attention
         weights, a list of ``(B, n_heads, n, n)`` (the explicit attention path: rows sum to 1,
         zeros above the diagonal; the heads of one group share their keys, not their weights)."""
         x, weights = self._embed(tokens, 0), []
@@ -175,7 +175,7 @@ class ModernGPT(nn.Module):
         first call, with ``caches=None``; then one token per step). Returns ``(logits (B, k,
         vocab_size), caches)``, one :class:`~transformer_book.attention.KVCache` per layer
         holding ``(B, n_kv_heads, t, d_k)`` keys and values (rotated); the logits equal the last
-        ``k`` positions of :meth:`~transformer_book.models.modern.ModernGPT.forward` over the whole sequence.
+        ``k`` positions of :meth:`forward` over the whole sequence.
         """
         caches = self._caches(caches)  # a fresh cache per layer, or the given ones, checked
         x = self._embed(tokens_new, len(caches[0]))

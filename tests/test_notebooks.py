@@ -34,6 +34,17 @@ def test_every_code_cell_was_executed_in_order(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_a_unique_id(path: Path) -> None:
+    # nbformat 4.5 requires cell ids; nbval refuses to collect a notebook with a cell that lacks one
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    assert (notebook["nbformat"], notebook["nbformat_minor"]) >= (4, 5), f"{path.name}: nbformat below 4.5"
+    ids = [c.get("id") for c in notebook["cells"]]
+    missing = [i for i, cell_id in enumerate(ids) if not cell_id]
+    assert not missing, f"{path.name}: cells {missing} have no id (a cell added by a script must carry one)"
+    assert len(set(ids)) == len(ids), f"{path.name}: cell ids repeat"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_stored_errors_and_full_profile(path: Path) -> None:
     cells = _code_cells(path)
     outputs = [o for c in cells for o in c.get("outputs", [])]

@@ -92,3 +92,40 @@ def test_no_control_characters_in_cell_sources(path: Path) -> None:
         source = "".join(cell["source"])
         bad = sorted({repr(ch) for ch in source if ord(ch) < 32 and ch not in "\n\t"})
         assert not bad, f"{path.name}, cell {index}: control characters {bad} in the source"
+
+
+def _renumbered_lists(markdown: str) -> list[list[int]]:
+    """The top-level ordered lists of ``markdown`` whose item numbers do not run 1 by 1 from
+    their first: CommonMark takes only the first number and counts on from it, so a list of the
+    answers to exercises 1, 3 and 4 would show 1, 2 and 3."""
+    wrong, items = [], []
+
+    def close() -> None:
+        if items and items != list(range(items[0], items[0] + len(items))):
+            wrong.append(list(items))
+        items.clear()
+
+    for line in markdown.splitlines():
+        item = re.match(r"(\d+)[.)] ", line)
+        if item:
+            items.append(int(item.group(1)))
+        elif line.strip() and not line.startswith((" ", "\t")):
+            close()                               # a line at the margin ends the list
+    close()
+    return wrong
+
+
+def test_renumbered_lists_are_found() -> None:
+    assert _renumbered_lists("```{dropdown} Answers\n1. a\n   more\n3. b\n```") == [[1, 3]]
+    assert _renumbered_lists("1. a\n2. b\n\n   c\n3. d\n\nText.\n\n5. e\n6. f") == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_numbered_lists_show_their_numbers(path: Path) -> None:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":
+            wrong = _renumbered_lists("".join(cell["source"]))
+            assert not wrong, (f"{path.name}, cell {cell.get('id')}: the list numbered {wrong[0]} would be shown "
+                               f"as {list(range(wrong[0][0], wrong[0][0] + len(wrong[0])))} (number paragraphs "
+                               "with **n.** instead)")

@@ -313,3 +313,120 @@ def test_top_p_sampling_checks_the_logits_for_nan_once(monkeypatch):
     assert len(calls) == 2
     with pytest.raises(ValueError, match="logits hold NaN"):
         decoding.next_token_distribution(torch.tensor([[0.0, float("nan")]]), temperature=1.0, top_p=0.5)
+
+
+# ----------------------------------------------------------------------------- a shrinking beam
+
+A, B, C = 4, 5, 6                                             # three words; EOS_ID = 2
+
+
+class TableLM(torch.nn.Module):
+    """A decoder-only stand-in whose next-token distribution is a fixed table keyed on the tokens
+    written after the one-token prompt; unlisted tokens get probability 0 (logit -inf), unlisted
+    prefixes end at once. Logits are log-probabilities, so the scores can be worked out by hand."""
+
+    TABLE = {(): {A: 0.5, EOS_ID: 0.4, B: 0.1},
+             (A,): {C: 0.75, EOS_ID: 0.25},
+             (B,): {EOS_ID: 0.6, C: 0.4},
+             (A, C): {EOS_ID: 0.9, C: 0.1}}
+
+    def forward(self, tokens):
+        batch, n = tokens.shape
+        logits = torch.full((batch, n, 7), -INF)
+        for b in range(batch):
+            for token, p in self.TABLE.get(tuple(tokens[b, 1:].tolist()), {EOS_ID: 1.0}).items():
+                logits[b, -1, token] = math.log(p)
+        return logits
+
+
+def test_fixed_and_shrinking_beams_by_hand():
+    """k = 2 on TableLM, summed log-probabilities (ln 0.4 = -0.916, ...).
+
+    Step 1, candidates: a 0.5, EOS 0.4, b 0.1.
+      fixed:  a live; EOS finished (takes no slot); b live.        beam {a, b}, finished {EOS}
+      shrink: the best 2 are a (live) and EOS (finished).          beam {a},    finished {EOS}
+    Step 2, fixed, candidates: a c 0.375, a EOS 0.125, b EOS 0.06, b c 0.04.
+      a c live; a EOS and b EOS finished; b c live, the second live one. Three finished >= 2: done,
+      the live a c and b c are dropped. Result: EOS 0.4, a EOS 0.125, b EOS 0.06 (three hypotheses).
+    Step 2, shrink, one slot: a c 0.375 stays live (a EOS 0.125 is not taken).
+    Step 3, shrink, one slot: a c EOS 0.375 * 0.9 = 0.3375 finishes. Result: EOS 0.4, a c EOS 0.3375.
+    The shrinking beam, with one place left after EOS finished, goes on to a longer and more
+    probable second hypothesis than fixed k finds; by the mean per token (normalize="length") it
+    ranks first: ln(0.3375) / 3 = -0.362 against ln(0.4) / 1 = -0.916.
+    """
+    prompt = torch.tensor([[SOS_ID]])
+    fixed = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False)[0]
+    shrunk = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False, shrink=True)[0]
+    assert [tokens for tokens, _ in fixed] == [[EOS_ID], [A, EOS_ID], [B, EOS_ID]]
+    assert [score for _, score in fixed] == pytest.approx([math.log(0.4), math.log(0.125), math.log(0.06)], abs=1e-6)
+    assert [tokens for tokens, _ in shrunk] == [[EOS_ID], [A, C, EOS_ID]]
+    assert [score for _, score in shrunk] == pytest.approx([math.log(0.4), math.log(0.3375)], abs=1e-6)
+    fixed_mean = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False,
+                             normalize="length")[0]
+    shrunk_mean = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False,
+                              normalize="length", shrink=True)[0]
+    assert fixed_mean[0] == ([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6))
+    assert shrunk_mean[0] == ([A, C, EOS_ID], pytest.approx(math.log(0.3375) / 3, abs=1e-6))
+    # k = 3, shrink: step 1 takes a, EOS, b (two live); step 2 two slots: a c 0.375 (live), a EOS
+    # 0.125 (finished); step 3 one slot: a c EOS. Exactly three.
+    (three,) = beam_search(TableLM(), prompt=prompt, beam_size=3, max_new_tokens=6, use_cache=False, shrink=True)
+    assert three == [([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6)),
+                     ([A, C, EOS_ID], pytest.approx(math.log(0.3375), abs=1e-6)),
+                     ([A, EOS_ID], pytest.approx(math.log(0.125), abs=1e-6))]
+    # cut at two tokens, shrink: the live a c counts as finished in the last step's one slot
+    (cut,) = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=2, use_cache=False, shrink=True)
+    assert cut == [([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6)),
+                   ([A, C], pytest.approx(math.log(0.375), abs=1e-6))]
+
+
+def test_a_shrinking_beam_of_one_is_greedy(transformer):
+    greedy = greedy_decode(transformer, SRC, max_new_tokens=10)
+    fixed = beam_search(transformer, src=SRC, beam_size=1, max_new_tokens=10)
+    for b, hyps in enumerate(beam_search(transformer, src=SRC, beam_size=1, max_new_tokens=10, shrink=True)):
+        row = greedy[b].tolist()
+        assert len(hyps) == 1 and hyps == fixed[b]                  # one slot: the two variants agree
+        assert hyps[0][0] == (row[:row.index(EOS_ID) + 1] if EOS_ID in row else row)
+    (hyps,) = beam_search(TableLM(), prompt=torch.tensor([[SOS_ID]]), beam_size=1, max_new_tokens=6, use_cache=False,
+                          shrink=True)
+    assert hyps == [([A, C, EOS_ID], pytest.approx(math.log(0.3375), abs=1e-6))]   # greedy: a, c, EOS
+
+
+def test_a_shrinking_beam_finishes_exactly_k_hypotheses(transformer):
+    """k - f places after f have finished: never more than k, and exactly k, whether all of them
+    end in EOS or the length limit cuts some (they then count as finished in the last step's places)."""
+    ended, cut = 0, 0
+    for k in (1, 2, 3, 5):
+        for max_new_tokens in (3, 16):
+            for hyps in beam_search(transformer, src=SRC, beam_size=k, max_new_tokens=max_new_tokens, shrink=True):
+                assert len(hyps) == k
+                assert all(tokens[-1] == EOS_ID or len(tokens) == max_new_tokens for tokens, _ in hyps)
+                if all(tokens[-1] == EOS_ID for tokens, _ in hyps):
+                    ended += 1
+                else:
+                    cut += 1
+    assert ended > 0 and cut > 0                                  # both cases were exercised
+
+
+def test_a_shrinking_beam_batches_and_caches_like_one_element_at_a_time(transformer, gpt):
+    for normalize in (None, "length"):
+        together = beam_search(transformer, src=SRC, beam_size=3, max_new_tokens=10, normalize=normalize, shrink=True)
+        recomputed = beam_search(transformer, src=SRC, beam_size=3, max_new_tokens=10, normalize=normalize, shrink=True,
+                                 use_cache=False)
+        assert [[h[0] for h in x] for x in together] == [[h[0] for h in x] for x in recomputed]
+        for b in range(SRC.shape[0]):
+            src = SRC[b:b + 1, :int((SRC[b] != PAD_ID).sum())]
+            alone = beam_search(transformer, src=src, beam_size=3, max_new_tokens=10, normalize=normalize,
+                                shrink=True)[0]
+            assert [h[0] for h in alone] == [h[0] for h in together[b]]
+            assert [h[1] for h in alone] == pytest.approx([h[1] for h in together[b]], abs=1e-4)
+    prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])
+    cached = beam_search(gpt, prompt=prompt, beam_size=3, max_new_tokens=6, shrink=True)
+    recomputed = beam_search(gpt, prompt=prompt, beam_size=3, max_new_tokens=6, shrink=True, use_cache=False)
+    assert [[h[0] for h in x] for x in cached] == [[h[0] for h in x] for x in recomputed]
+    assert all(len(hyps) == 3 for hyps in cached)
+
+
+@pytest.mark.parametrize("shrink", [1, 0, "yes", None])
+def test_shrink_must_be_a_bool(transformer, shrink):
+    with pytest.raises(ValueError, match="beam_search: shrink must be a bool"):
+        beam_search(transformer, src=SRC, beam_size=2, max_new_tokens=3, shrink=shrink)

@@ -399,10 +399,12 @@ def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Te
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _check_beam(beam_size: int, normalize: str | None) -> None:
+def _check_beam(beam_size: int, normalize: str | None, shrink: bool) -> None:
     checks.positive_int("beam_search", beam_size=beam_size)
     if normalize not in (None, "length", "gnmt"):
         raise ValueError(f"beam_search: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
+    if not isinstance(shrink, bool):
+        raise ValueError(f"beam_search: shrink must be a bool (True or False), got {shrink!r}")
 
 
 @torch.no_grad()
@@ -415,31 +417,53 @@ def beam_search(
     max_new_tokens: int,
     normalize: str | None = None,
     alpha: float = 0.6,
+    shrink: bool = False,
     use_cache: bool = True,
     sos_id: int = SOS_ID,
     eos_id: int = EOS_ID,
 ) -> list[list[tuple[list[int], float]]]:
-    r"""Beam search: keep the ``beam_size`` most probable prefixes at every step.
+    r"""Beam search: keep the ``beam_size`` (:math:`k`) most probable prefixes at every step.
 
-    Every live hypothesis is extended by every token; of the candidates, scored by their
-    summed log-probability :math:`\sum_t \log P(y_t \mid y_{<t}, x)`, the best ``beam_size``
-    that do not end in EOS stay live, and those that end in EOS are finished. Each batch
-    element finishes on its own, once it has ``beam_size`` finished hypotheses, or at
-    ``max_new_tokens`` (then its live hypotheses count as finished). Finished hypotheses are
-    ranked by
+    Every live hypothesis is extended by every token, and the candidates are scored by their
+    summed log-probability :math:`\sum_t \log P(y_t \mid y_{<t}, x)` (a negative number; higher
+    is better). Taken in that order, a candidate that ends in EOS becomes a finished hypothesis,
+    the others stay live. Two ways to fill the beam:
+
+    * ``shrink=False`` (fixed :math:`k`): finished hypotheses take no slot. The best ``beam_size``
+      candidates that do not end in EOS stay live, and every EOS candidate ranked above the last
+      of them is finished; the beam stays :math:`k` wide.
+    * ``shrink=True``: finished hypotheses keep their slots. An element with :math:`f` finished
+      hypotheses takes its best :math:`k - f` candidates; those ending in EOS are finished, so
+      the next step's beam is one narrower for each.
+
+    Each batch element finishes on its own, once it has ``beam_size`` finished hypotheses, or at
+    ``max_new_tokens`` (then its live hypotheses count as finished). The fixed beam may return more
+    than ``beam_size``; the shrinking one returns exactly ``beam_size`` (fewer only when fewer
+    candidates have a non-zero probability). Finished hypotheses are ranked by
 
     * ``normalize=None``: the summed log-probability (favours short outputs);
     * ``"length"``: the mean log-probability per token (EOS counted);
     * ``"gnmt"``: the sum divided by :func:`length_penalty` with ``alpha``.
 
+    Args:
+        model: an encoder-decoder, given ``src`` ``(B, m)``, or a decoder-only language model,
+            given ``prompt`` ``(B, n)`` (see the module docstring).
+        beam_size: :math:`k`, the live hypotheses kept per element (at most).
+        max_new_tokens: the most tokens a hypothesis gets (EOS included).
+        shrink: narrow the beam by one for every finished hypothesis (default: fixed :math:`k`).
+        use_cache: read the decoder's keys and values from a cache (``False``: recompute every
+            prefix; same result).
+
     Returns:
-        For each batch element, its finished hypotheses, best first, as ``(tokens, score)``
-        (tokens without SOS, with their EOS when they have one).
+        For each of the ``B`` batch elements, a list of its finished hypotheses, best first, as
+        ``(tokens, score)``: ``tokens`` a list of ids without SOS (or the prompt), with their EOS
+        when they have one; ``score`` the float the hypotheses are ranked by (``normalize``).
 
     Raises:
-        ValueError: ``beam_size`` below 1, an unknown ``normalize``, or a bad input.
+        ValueError: ``beam_size`` below 1, an unknown ``normalize``, a ``shrink`` that is not a
+            bool, or a bad input.
     """
-    _check_beam(beam_size, normalize)
+    _check_beam(beam_size, normalize, shrink)
     session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
                        max_new_tokens=max_new_tokens, where="beam_search")  # checks the prefix and the length
     start = session.prefix.shape[1]
@@ -467,8 +491,9 @@ def beam_search(
             for b in owner.unique(sorted=True).tolist():
                 rows = torch.nonzero(owner == b).flatten()
                 flat = candidates[rows].flatten()                               # (r * V,)
-                order = torch.argsort(flat, descending=True, stable=True)[:2 * beam_size]
-                live = 0
+                slots = beam_size - len(finished[b]) if shrink else beam_size
+                order = torch.argsort(flat, descending=True, stable=True)[:2 * slots]
+                used = 0
                 for position in order.tolist():
                     row, token = rows[position // vocab].item(), position % vocab
                     total = flat[position].item()
@@ -477,13 +502,12 @@ def beam_search(
                     if token == eos_id or step + 1 == max_new_tokens:   # finished (at the limit: still live)
                         tokens = session.prefix[row, start:].tolist() + [token]
                         finished[b].append((tokens, final_score(total, len(tokens))))
-                        live += token != eos_id
                     else:
                         keep_rows.append(row)
                         keep_tokens.append(token)
                         keep_scores.append(total)
-                        live += 1
-                    if live == beam_size:
+                    used += 1 if shrink or token != eos_id else 0      # fixed k: a finished one takes no slot
+                    if used == slots:
                         break
                 if len(finished[b]) >= beam_size:                               # this element is done
                     drop = [i for i, r in enumerate(keep_rows) if owner[r].item() == b]

@@ -72,3 +72,55 @@ def test_mfu_is_achieved_over_peak_flops():
 def test_bad_input_is_named(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()
+
+
+@pytest.mark.parametrize("n", [1, 7, 20])
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_transformer_encoder_cost_equals_the_counted_matrix_products(n, n_layers):
+    """The explicit attention path (``need_weights=True``) runs the scores and the mixture as
+    products that PyTorch's counter sees; the fused kernel would hide them on the CPU."""
+    from transformer_book.models.transformer import Encoder
+
+    encoder = Encoder(n_layers, d_model=32, n_heads=4, d_ff=48, dropout=0.0)
+    with FlopCounterMode(display=False) as counter:
+        encoder(torch.randn(3, n, 32), need_weights=True)
+    cost = flops.transformer_encoder_cost(n, 32, 48, n_layers)
+    assert 3 * cost.flops == counter.get_total_flops()
+    assert cost.rounds == 6 * n_layers
+
+
+@pytest.mark.parametrize("n", [1, 9])
+@pytest.mark.parametrize("n_layers, bidirectional", [(1, True), (2, True), (1, False), (3, False)])
+def test_gru_encoder_cost_equals_the_counted_matrix_products(n, n_layers, bidirectional):
+    gru = torch.nn.GRU(24, 40, n_layers, batch_first=True, bidirectional=bidirectional)
+    with FlopCounterMode(display=False) as counter:
+        gru(torch.randn(2, n, 24))
+    cost = flops.gru_encoder_cost(n, 24, 40, n_layers, bidirectional)
+    assert 2 * cost.flops == counter.get_total_flops()
+
+
+def test_the_rounds_of_a_gru_grow_with_n_and_those_of_a_transformer_do_not():
+    assert [flops.gru_encoder_cost(n, 8, 8).rounds for n in (1, 10, 100)] == [1, 10, 100]
+    assert flops.gru_encoder_cost(10, 8, 8, n_layers=6).rounds == 60                        # waits for both directions
+    assert flops.gru_encoder_cost(10, 8, 8, n_layers=6, bidirectional=False).rounds == 15   # a wavefront
+    assert {flops.transformer_encoder_cost(n, 8, 8, n_layers=6).rounds for n in (1, 10, 100)} == {36}
+
+
+def test_the_chapter_7_encoders_do_equal_work_per_token_but_for_the_scores():
+    """3 layers of d = 256, d_ff = 1024 against a bidirectional GRU of 256 -> 512: 4,718,592 FLOPs
+    per token each, plus the Transformer's 4 n d per layer for the scores and the mixture."""
+    for n in (1, 16, 128):
+        transformer = flops.transformer_encoder_cost(n, 256, 1024, 3).flops
+        gru = flops.gru_encoder_cost(n, 256, 512).flops
+        assert gru == 4_718_592 * n and transformer - gru == 3 * 4 * n * n * 256
+
+
+@pytest.mark.parametrize("call, pattern", [
+    (lambda: flops.transformer_encoder_cost(0, 8, 8), "n must be"),
+    (lambda: flops.transformer_encoder_cost(4, 8, 8, n_layers=1.5), "n_layers must be"),
+    (lambda: flops.gru_encoder_cost(4, 8, -1), "d_hidden must be"),
+    (lambda: flops.gru_encoder_cost(4, 8, 8, bidirectional="yes"), "bidirectional must be a bool"),
+])
+def test_bad_cost_arguments_are_named(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()

@@ -25,15 +25,24 @@ small beside the products). *Model FLOPs utilisation* is then
 
 with the datasheet's dense peak for the number format trained in; recomputation and padding do
 not count as useful work, so MFU compares runs and hardware honestly.
+
+Chapter 7 counts a second quantity beside the work: the *span*, the number of rounds of matrix
+products that must run one after another because each needs the previous one's result. No
+number of processors makes a computation take fewer rounds than its span (see
+:func:`transformer_encoder_cost` and :func:`gru_encoder_cost`).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
+from transformer_book import checks
 from transformer_book.models import GPTConfig
 
-__all__ = ["PEAK_BF16_FLOPS", "gpt_flops_per_token", "peak_flops", "mfu"]
+__all__ = ["PEAK_BF16_FLOPS", "gpt_flops_per_token", "peak_flops", "mfu",
+           "Cost", "transformer_encoder_cost", "gru_encoder_cost"]
 
 PEAK_BF16_FLOPS: dict[str, float] = {
     "H200": 989.4e12,
@@ -91,3 +100,65 @@ def mfu(tokens_per_s: float, flops_per_token: float, peak: float) -> float:
     if not flops_per_token > 0 or not peak > 0:
         raise ValueError(f"mfu: flops_per_token and peak must be positive, got {flops_per_token} and {peak}")
     return tokens_per_s * flops_per_token / peak
+
+
+class Cost(NamedTuple):
+    """The forward pass of an encoder over one sentence: ``flops``, the work of its matrix products
+    (2 per multiply-add), and ``rounds``, its span, the matrix products on its longest chain of
+    dependent ones."""
+
+    flops: int
+    rounds: int
+
+
+def _check_cost(where: str, bidirectional: object = True, **sizes: object) -> None:
+    """Each of ``sizes`` a positive int, and ``bidirectional`` a bool."""
+    checks.positive_int(where, **sizes)
+    if not isinstance(bidirectional, bool):
+        raise ValueError(f"{where}: bidirectional must be a bool, got {bidirectional!r}")
+
+
+def transformer_encoder_cost(n: int, d_model: int, d_ff: int, n_layers: int = 1) -> Cost:
+    r"""Work and span of ``n_layers`` Transformer encoder layers over a sentence of ``n`` tokens.
+
+    Per layer: the projections :math:`Q, K, V` and the output :math:`W_O`, :math:`4 \cdot 2nd^2`;
+    the scores :math:`QK^\top` and the mixture :math:`AV`, :math:`2 \cdot 2n^2 d` over all heads;
+    the feed-forward network, :math:`2 \cdot 2nd\,d_{ff}`:
+
+    .. math:: W = L\,(8nd^2 + 4nd\,d_{ff} + 4n^2 d), \qquad S = 6L
+
+    rounds: :math:`Q, K, V` (one round, side by side), the scores, the mixture, :math:`W_O`, and the
+    two feed-forward products, whatever ``n``. Biases, softmax, LayerNorm and dropout are not
+    counted (element-wise or row-wise work, small beside the products).
+
+    Raises:
+        ValueError: an argument that is not a positive int.
+    """
+    _check_cost("transformer_encoder_cost", n=n, d_model=d_model, d_ff=d_ff, n_layers=n_layers)
+    d = d_model
+    return Cost(n_layers * (8 * n * d * d + 4 * n * d * d_ff + 4 * n * n * d), 6 * n_layers)
+
+
+def gru_encoder_cost(n: int, d_input: int, d_hidden: int, n_layers: int = 1, bidirectional: bool = True) -> Cost:
+    r"""Work and span of a (``bidirectional``) ``n_layers``-layer GRU, like :class:`torch.nn.GRU`, over
+    a sentence of ``n`` tokens.
+
+    Each step of each direction multiplies its input :math:`x_t` (width :math:`e`) and its previous
+    state :math:`h_{t-1}` (width :math:`h`) by the weights of the three gates, :math:`2 \cdot 3h(e + h)`;
+    layers above the first read both directions' states, :math:`e = 2h`. One bidirectional layer:
+
+    .. math:: W = 2 \cdot n \cdot 6h(e + h), \qquad S = n
+
+    rounds: step :math:`t` needs :math:`h_{t-1}`, so the :math:`n` state products form a chain (the
+    input products and the other direction run beside it). A layer above a bidirectional layer
+    waits for both of its directions to finish, :math:`S = Ln`; in a one-directional stack step
+    :math:`t` of layer :math:`l` waits only for step :math:`t` below, :math:`S = n + L - 1`.
+
+    Raises:
+        ValueError: an argument that is not a positive int, or ``bidirectional`` not a bool.
+    """
+    _check_cost("gru_encoder_cost", bidirectional, n=n, d_input=d_input, d_hidden=d_hidden, n_layers=n_layers)
+    directions, h = (2 if bidirectional else 1), d_hidden
+    widths = [d_input] + [directions * h] * (n_layers - 1)
+    work = sum(directions * n * 6 * h * (e + h) for e in widths)
+    return Cost(work, n_layers * n if bidirectional else n + n_layers - 1)

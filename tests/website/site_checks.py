@@ -44,11 +44,6 @@ CHROMIUM_CANDIDATES = ["/usr/bin/chromium", "/usr/bin/chromium-headless-shell"]
 # Console errors and uncaught page errors that are expected on every page, as regular
 # expressions matched against the whole message. Keep this list short, and say why each is safe.
 ALLOWED_ERRORS = [
-    # sphinx-thebe adds its inline config script `const THEBE_JS_URL = ...` in a handler that
-    # runs twice in a Jupyter Book build (sphinx-togglebutton's `var` line is doubled the same
-    # way, harmlessly), so the second copy throws. The first copy has defined the constants, and
-    # thebe is only started by a "live code" button this book does not enable.
-    r"Identifier 'THEBE_JS_URL' has already been declared",
     # pydata-sphinx-theme reads the light/dark mode from localStorage, which is empty in a
     # fresh browser profile, logs this with console.error, and falls back to "auto" itself.
     r"Got invalid theme mode: \. Resetting to auto\.",

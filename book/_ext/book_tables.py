@@ -1,12 +1,12 @@
 """Sphinx extension of the book: tables read from files at build time.
 
-Three directives, for MyST pages:
+Four directives, for MyST pages:
 
 ``results-table``
     Every result the chapters recorded with :func:`transformer_book.results.record`, read
     from ``book/results/*.json``, one group of rows per chapter, with the published reference
     numbers for the same data set beside them (labelled ``R1``, ``R2``, ... as in
-    ``reference-list``).
+    ``reference-list``). What rows share (data, split, run, set-up, references) is said once.
 ``reference-list``
     The published reference numbers of ``book/results/references.json``: value, set-up,
     citation, source, and how comparable they are.
@@ -15,6 +15,9 @@ Three directives, for MyST pages:
     when it was last executed and how long that took, from the timings that
     ``jupyter execute`` (nbclient) stores in each code cell's ``metadata.execution``; the
     profile, device and versions its environment summary printed; and its code cells.
+``benchmark-table PATH``
+    The side-by-side timings of ``benchmarks/run_all.py`` (its ``summary.json``) in six columns
+    that fit a laptop's text column: comparison, book, baseline, ratio, aim, met.
 
 The text in the cells is MyST markdown, parsed in place, so that citations and links to
 chapters resolve, and are checked under ``-n``, like any others. Option of the first two:
@@ -52,8 +55,17 @@ table.book-table { font-size: 0.9em; }
 table.book-table td p, table.book-table th p { margin: 0; }
 table.book-table .book-nowrap { white-space: nowrap; }
 table.book-table .book-number { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+table.book-table .book-value { text-align: right; font-variant-numeric: tabular-nums; }
+table.book-table .book-value strong { white-space: nowrap; }
 table.book-table tr.book-group td { background: var(--pst-color-surface); border-top: 2px solid var(--pst-color-border); }
 table.book-table p.book-note { font-size: 0.85em; color: var(--pst-color-text-muted); margin-top: 0.15em; }
+table.book-table td.book-setup, table.book-table td.book-split { font-size: 0.85em; color: var(--pst-color-text-muted); }
+table.book-table tr.book-subgroup td { background: var(--pst-color-surface); }
+/* The rows across the table (a chapter's, a data set's) take the width the others leave: their
+   long text must not widen the columns it spans (auto layout would share it out among them). */
+table.book-table tr.book-group > td, table.book-table tr.book-subgroup > td { contain: inline-size; }
+table.book-table th, table.book-table td { padding-left: 0.35rem; padding-right: 0.35rem; }
+p.book-note { font-size: 0.85em; color: var(--pst-color-text-muted); }
 """
 
 
@@ -111,12 +123,13 @@ def bibliography_keys(srcdir: str | Path, bibfiles: list[str]) -> set[str]:
 
 @dataclass
 class Cell:
-    """One table cell: MyST text, a muted note under it, CSS classes, columns spanned."""
+    """One table cell: MyST text, a muted note under it, CSS classes, columns and rows spanned."""
 
     text: str
     note: str = ""
     classes: tuple[str, ...] = ()
     span: int = 1
+    rows: int = 1
 
 
 # --------------------------------------------------------------------------------------
@@ -149,8 +162,9 @@ class _BookTableDirective(SphinxDirective):
         return holder.children
 
     def table(self, header: list[Cell], rows: list[tuple[list[Cell], tuple[str, ...]]], widths: list[int]) -> nodes.table:
-        """A table; ``rows`` are ``(cells, row classes)``; a cell may span several columns."""
-        table = nodes.table(classes=["book-table", self.name])
+        """A table; ``rows`` are ``(cells, row classes)``; a cell may span several columns, or
+        several rows (the rows below it then leave that column out)."""
+        table = nodes.table(classes=["book-table", self.name, "colwidths-auto"])  # widths from the content
         group = nodes.tgroup(cols=len(widths))
         table += group
         for width in widths:
@@ -169,6 +183,8 @@ class _BookTableDirective(SphinxDirective):
             entry = nodes.entry(classes=list(cell.classes))
             if cell.span > 1:
                 entry["morecols"] = cell.span - 1
+            if cell.rows > 1:
+                entry["morerows"] = cell.rows - 1
             entry.extend(self.parse(cell.text) if cell.text else [])
             if cell.note:
                 for paragraph in self.parse(cell.note):
@@ -201,10 +217,19 @@ class _BookTableDirective(SphinxDirective):
 
 
 class ResultsTable(_BookTableDirective):
-    """``results-table``: every recorded result, by chapter, with published numbers for its data."""
+    """``results-table``: every recorded result, by chapter, with published numbers for its data.
 
-    # What an entry was measured on and how: shown once per chapter when all its entries agree.
-    CONTEXT_KEYS = ("dataset", "split", "profile", "device", "recorded_date", "package_version", "torch_version", "notes")
+    What several rows share is said once, where it applies: what a whole chapter's rows share
+    (the data, the split, the run: profile, device, date, versions) in the chapter's row; when a
+    chapter measures on more than one data set, what the rows of each data set share in a row
+    above them; what is left of a row's split and notes (its set-up: the clauses that not every
+    row of its data set has) in two columns, where one cell spans the consecutive rows that
+    share it; and the published references in the row of the chapter or data set when they
+    apply to all of its rows.
+    """
+
+    RUN_KEYS = ("profile", "device", "recorded_date", "package_version", "torch_version")
+    COLUMNS = ("Metric", "Measured on", "Set-up", "Value", "Wall time", "Published")
 
     def build(self) -> list[nodes.Node]:
         from transformer_book.results import load_references, load_results, reference_applies
@@ -216,31 +241,88 @@ class ResultsTable(_BookTableDirective):
             return self.parse("*No results have been recorded yet: run a chapter in the `full` profile.*")
         for entry in entries:
             entry["recorded_date"] = entry["recorded_at"][:10]
+            entry["clauses"] = split_clauses(entry.get("notes") or "")
+            entry["published"] = [ref for ref in references if reference_applies(ref, entry)]
         chapters: dict[str, list[dict[str, Any]]] = {}
         for entry in entries:
             chapters.setdefault(entry["chapter"], []).append(entry)
 
         rows: list[tuple[list[Cell], tuple[str, ...]]] = []
         for chapter, group in chapters.items():
-            shared = {k: group[0][k] for k in self.CONTEXT_KEYS if all(e[k] == group[0][k] for e in group)}
-            rows.append(([Cell(f"**{self.chapter_link(chapter)}**", self.describe(shared), span=4)], ("book-group",)))
-            for entry in group:
-                own = {k: entry[k] for k in self.CONTEXT_KEYS if k not in shared}
-                direction = "↑" if entry["higher_is_better"] else "↓"
-                unit = f" {escape(entry['unit'])}" if entry["unit"] else ""
-                published = [
-                    f"{ref['id']}:{NBSP}" + (f"{ref['value']:g}" if ref["value"] is not None else "none")
-                    for ref in references
-                    if reference_applies(ref, entry)
-                ]
-                rows.append(([
-                    Cell(f"{escape(entry['metric'])} {direction}", note=self.describe(own)),
-                    Cell(f"**{format_number(entry['value'])}**{unit}", classes=("book-number",)),
-                    Cell(format_seconds(entry["wall_time_s"]), classes=("book-number",)),
-                    Cell(" · ".join(published) if published else "–", classes=("book-nowrap",)),
-                ], ()))
-        header = [Cell("Metric"), Cell("Value"), Cell("Wall time"), Cell("Published")]
-        return [self.table(header, rows, widths=[52, 16, 12, 20])]
+            run = {k: group[0][k] for k in self.RUN_KEYS if all(e[k] == group[0][k] for e in group)}
+            blocks = consecutive(group, key=lambda e: e["dataset"])
+            link = f"**{self.chapter_link(chapter)}**"
+            if len(blocks) == 1:
+                rows.append(self.heading_row(link, self.block_context(group, run), group, "book-group"))
+                rows += self.entry_rows(group, run)
+            else:
+                rows.append(self.heading_row(link, self.describe(run), [], "book-group"))
+                for block in blocks:
+                    rows.append(self.heading_row("", self.block_context(block, {}), block, "book-subgroup"))
+                    rows += self.entry_rows(block, run)
+        header = [Cell(name) for name in self.COLUMNS]
+        return [self.table(header, rows, widths=[22, 19, 26, 11, 10, 12])]
+
+    # ---- rows
+    def heading_row(self, title: str, context: str, block: list[dict[str, Any]], kind: str):
+        """A row across the table: its title and context, and the references common to `block`."""
+        common = self.common_references(block) if block else []
+        text = " ".join(part for part in (title, context) if part)
+        published = self.references_text(common) if common else ""
+        return ([Cell(text, span=len(self.COLUMNS) - 1), Cell(published, classes=("book-published",))], (kind,))
+
+    def block_context(self, block: list[dict[str, Any]], run: dict[str, str]) -> str:
+        """The data set, and the split and notes that every row of the block shares, then the run."""
+        context: dict[str, str] = {"dataset": block[0]["dataset"]}
+        if all(e["split"] == block[0]["split"] for e in block):
+            context["split"] = block[0]["split"]
+        shared = shared_clauses(block)
+        if shared:
+            context["notes"] = "; ".join(shared)
+        context.update(run)
+        return self.describe(context)
+
+    def entry_rows(self, block: list[dict[str, Any]], run: dict[str, str]) -> list:
+        """The block's rows. What a row measured on (its split, when the block's rows differ in
+        it) and its set-up (the clauses of its notes that not every row of the block has) have
+        columns of their own, and one cell spans the consecutive rows that share it."""
+        split_shared = all(e["split"] == block[0]["split"] for e in block)
+        shared = set(shared_clauses(block))
+        common_refs = self.common_references(block)
+        splits = ["" if split_shared else escape(e["split"]) for e in block]
+        setups = ["; ".join(escape(c) for c in e["clauses"] if c not in shared) for e in block]
+        split_spans, setup_spans = run_lengths(splits), run_lengths(setups)
+        rows = []
+        for i, entry in enumerate(block):
+            own = {k: entry[k] for k in self.RUN_KEYS if k not in run}
+            direction = "↑" if entry["higher_is_better"] else "↓"
+            unit = f" {escape(entry['unit'])}" if entry["unit"] else ""
+            refs = [ref for ref in entry["published"] if ref not in common_refs]
+            cells = [Cell(f"{escape(entry['metric'])}{NBSP}{direction}", note=self.describe(own), classes=("book-metric",))]
+            if split_spans[i]:
+                cells.append(Cell(splits[i], classes=("book-split",), rows=split_spans[i]))
+            if setup_spans[i]:
+                cells.append(Cell(setups[i], classes=("book-setup",), rows=setup_spans[i]))
+            cells += [
+                Cell(f"**{format_number(entry['value'])}**{unit}", classes=("book-value",)),
+                Cell(format_seconds(entry["wall_time_s"]), classes=("book-number",)),
+                Cell(self.references_text(refs) if refs or not common_refs else "", classes=("book-published",)),
+            ]
+            rows.append((cells, ()))
+        return rows
+
+    # ---- references
+    @staticmethod
+    def common_references(block: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        first = block[0]["published"]
+        return [ref for ref in first if all(ref in e["published"] for e in block)]
+
+    @staticmethod
+    def references_text(refs: list[dict[str, Any]]) -> str:
+        if not refs:
+            return "–"
+        return " · ".join(f"{ref['id']}:{NBSP}" + (f"{ref['value']:g}" if ref["value"] is not None else "none")
+                          for ref in refs)
 
     @staticmethod
     def describe(context: dict[str, str]) -> str:
@@ -264,6 +346,38 @@ class ResultsTable(_BookTableDirective):
         if run:
             sentences.append("Run " + " ".join(run))
         return " ".join(f"{text[:1].upper()}{text[1:]}." for text in sentences)
+
+
+def split_clauses(notes: str) -> list[str]:
+    """A note's clauses: its parts between semicolons (commas stay inside a clause)."""
+    return [part.strip() for part in notes.split(";") if part.strip()]
+
+
+def shared_clauses(block: list[dict[str, Any]]) -> list[str]:
+    """The clauses of the first entry's notes that every entry of the block has, in order."""
+    return [c for c in block[0]["clauses"] if all(c in e["clauses"] for e in block)]
+
+
+def run_lengths(values: list[str]) -> list[int]:
+    """For each value, the length of the run of equal values that starts there; 0 inside a run."""
+    lengths = [0] * len(values)
+    start = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            lengths[start] = i - start
+            start = i
+    return lengths
+
+
+def consecutive(items: list[dict[str, Any]], key) -> list[list[dict[str, Any]]]:  # noqa: ANN001
+    """Runs of consecutive items with the same key, in order."""
+    runs: list[list[dict[str, Any]]] = []
+    for item in items:
+        if runs and key(runs[-1][-1]) == key(item):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
 
 
 class ReferenceList(_BookTableDirective):
@@ -300,6 +414,106 @@ class ReferenceList(_BookTableDirective):
         container = nodes.container(classes=["book-reference-list"])
         container.extend(self.parse("\n".join(lines)))
         return [container]
+
+
+class BenchmarkTable(_BookTableDirective):
+    """``benchmark-table PATH``: the comparisons of ``benchmarks/run_all.py`` (its ``summary.json``;
+    PATH relative to the book's source folder) in six columns that fit a laptop's text column:
+    the comparison, with what is compared and, where the book's code is slower or misses its aim,
+    the cause measured; the book's and the baseline's median times; their ratio; the aim; and
+    whether it is met. The measurements behind the causes follow as numbered notes. The aims are
+    shown as their numbers only: the page explains each in words.
+    """
+
+    required_arguments = 1
+    option_spec: dict[str, Any] = {}
+    UNITS = {"ms/call": "time per call", "ms/step": "time per training step", "ms/sequence": "time per sequence",
+             "ms/batch": "time per batch", "ms/run": "time per run"}
+
+    def build(self) -> list[nodes.Node]:
+        path = Path(self.env.srcdir) / self.arguments[0]
+        self.env.note_dependency(str(path))
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            rows_data = list(summary["rows"])
+            machine = summary.get("machine") or {}
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{self.arguments[0]}: not a readable benchmark summary ({err})") from None
+        evidence: list[str] = []
+        rows: list[tuple[list[Cell], tuple[str, ...]]] = []
+        for row in rows_data:
+            rows.append((self.cells(row, evidence), ("book-missed",) if row.get("met") is False else ()))
+        header = [Cell("Comparison"), Cell("Book"), Cell("Baseline"), Cell("Ratio"), Cell("Aim"), Cell("Met")]
+        if machine.get("cuda"):
+            where = f"one {machine['cuda']} ({machine.get('cpu_count', '?')} CPU cores)"
+        else:
+            where = f"{machine.get('machine', '?')} ({machine.get('system', '?')}, {machine.get('cpu_count', '?')} CPU cores)"
+        intro = (f"Measured {escape(summary.get('finished', '?'))} on {escape(where)}, with Python "
+                 f"{escape(machine.get('python', '?'))} and PyTorch {escape(machine.get('torch', '?'))}.")
+        if summary.get("smoke"):
+            intro += " *A smoke run: tiny sizes and one round, whose timings mean nothing.*"
+        out = self.parse(intro)
+        out.append(self.table(header, rows, widths=[46, 11, 11, 8, 14, 10]))
+        notes = [f"\\[{i}\\] Measured on {escape(text)}." for i, text in enumerate(evidence, 1)]
+        notes += [f"Did not run: {escape(name)}: {escape(str(message))}." for name, message in (summary.get("failed") or {}).items()]
+        for text in notes:
+            for paragraph in self.parse(text):
+                paragraph["classes"].append("book-note")
+                out.append(paragraph)
+        return out
+
+    def cells(self, row: dict[str, Any], evidence: list[str]) -> list[Cell]:
+        unit = self.UNITS.get(row.get("unit", ""), escape(row.get("unit", "")))
+        baseline = row.get("baseline") or ""
+        if row.get("baseline_median") is None or baseline.startswith("("):
+            what = f"{escape(row['book'])}, with no baseline; {unit}."
+        else:
+            what = f"{escape(row['book'])} against {escape(baseline)}; {unit}."
+        if row.get("why"):
+            marker = ""
+            if row.get("why_evidence"):
+                evidence.append(row["why_evidence"])
+                marker = f" \\[{len(evidence)}\\]"
+            cause = "Missed because" if row.get("met") is False else "Slower because"
+            what += f" *{cause}:* {escape(row['why'])}{marker}."
+        met = {True: "yes", False: "**no**"}.get(row.get("met"), "–")
+        ratio = row.get("ratio")
+        return [
+            Cell(f"**{escape(row['comparison'])}**", note=what, classes=("book-comparison",)),
+            Cell(format_ms(row.get("book_median")), classes=("book-number",)),
+            Cell(format_ms(row.get("baseline_median")), classes=("book-number",)),
+            Cell(f"**{ratio:.2f}**" if ratio is not None else "–", classes=("book-number",)),
+            Cell(short_aim(row.get("aim")), classes=("book-nowrap",)),
+            Cell(met),
+        ]
+
+
+def format_ms(ms: float | None) -> str:
+    """A median time given in milliseconds: ``0.34 ms``, ``41.1 ms``, ``1.59 s`` (non-breaking)."""
+    if ms is None:
+        return "–"
+    if ms >= 1000:
+        text = f"{ms / 1000:,.2f} s"
+    elif ms >= 10:
+        text = f"{ms:.1f} ms"
+    else:
+        text = f"{ms:.2f} ms"
+    return text.replace(" ", NBSP)
+
+
+def short_aim(aim: str | None) -> str:
+    """The number an aim sets: the strictest ``ratio <= x`` as ``≤ x``, ``under 60 s``, or ``none``."""
+    if not aim:
+        return "–"
+    thresholds = re.findall(r"ratio\s*<=\s*([0-9]*\.?[0-9]+)", aim)
+    if thresholds:
+        return f"≤{NBSP}" + min(thresholds, key=float)
+    under = re.match(r"under ([0-9][0-9.,]*)\s*s\b", aim)
+    if under:
+        return f"under{NBSP}{under.group(1)}{NBSP}s"
+    if aim.startswith("no aim"):
+        return "none"
+    return escape(aim)
 
 
 class NotebookStatus(_BookTableDirective):
@@ -401,6 +615,7 @@ def setup(app):  # noqa: ANN001, ANN201 - Sphinx's extension entry point
     app.add_directive("results-table", ResultsTable)
     app.add_directive("reference-list", ReferenceList)
     app.add_directive("notebook-status", NotebookStatus)
+    app.add_directive("benchmark-table", BenchmarkTable)
     app.add_css_file(CSS_FILE)
     app.connect("build-finished", _write_css)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -112,3 +112,110 @@ def test_attention_heatmap_cross_attention_labels():
     assert len(ax.texts) == 0
     with pytest.raises(ValueError, match="2 row labels and 2 column labels"):
         attention_heatmap(weights, ["q0", "q1"])  # default key labels do not fit 4 keys
+
+
+# ----------------------------------------------------------------------------- the book's style
+
+from transformer_book.plotting import BOOK_COLOURS, BOOK_WIDTH_IN, MIN_FONT_PT, panels, use_book_style  # noqa: E402
+
+# Machado, Oliveira and Fernandes (2009): full-severity simulation of the two red-green
+# deficiencies, as matrices on linear RGB.
+DEUTERANOPIA = np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                         [-0.011820, 0.042940, 0.968881]])
+PROTANOPIA = np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+                       [-0.003882, -0.048116, 1.051998]])
+
+
+def _lab(hex_colour, simulate=None):
+    """CIELAB (D65) of an sRGB colour, as seen with the deficiency ``simulate`` (or normal vision)."""
+    from matplotlib.colors import to_rgb
+
+    srgb = np.array(to_rgb(hex_colour))
+    linear = np.where(srgb <= 0.04045, srgb / 12.92, ((srgb + 0.055) / 1.055) ** 2.4)
+    if simulate is not None:
+        linear = np.clip(simulate @ linear, 0, 1)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ linear
+    t = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(t > (6 / 29) ** 3, np.cbrt(t), t / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def _closest_pair(colours, simulate):
+    labs = [_lab(c, simulate) for c in colours]
+    return min(np.linalg.norm(a - b) for i, a in enumerate(labs) for b in labs[i + 1:])
+
+
+@pytest.mark.parametrize("simulate", [None, DEUTERANOPIA, PROTANOPIA], ids=["normal", "deuteranopia", "protanopia"])
+def test_the_first_five_book_colours_stay_apart_with_red_green_deficiencies(simulate):
+    assert _closest_pair(BOOK_COLOURS[:5], simulate) > 15  # CIELAB distance; 2.3 is just noticeable
+
+
+def test_the_colour_check_would_catch_green_against_red():
+    # matplotlib's default green and red: far apart with normal vision, close with deuteranopia
+    assert _closest_pair(["tab:green", "tab:red"], None) > 50
+    assert _closest_pair(["tab:green", "tab:red"], DEUTERANOPIA) < 15
+
+
+def test_use_book_style_sets_colours_fonts_and_width():
+    import matplotlib as mpl
+
+    with mpl.rc_context():
+        use_book_style()
+        assert mpl.rcParams["axes.prop_cycle"].by_key()["color"] == list(BOOK_COLOURS)
+        fig, ax = plt.subplots()
+        assert fig.get_size_inches()[0] == BOOK_WIDTH_IN
+        ax.plot([0, 1], label="a")
+        ax.set(title="t", xlabel="x", ylabel="y")
+        legend = ax.legend()
+        texts = [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels(),
+                 *legend.get_texts()]
+        assert min(t.get_fontsize() for t in texts) >= MIN_FONT_PT
+    # outside the context the defaults are back: the style is only rcParams
+    assert mpl.rcParams["axes.prop_cycle"].by_key()["color"][0] != BOOK_COLOURS[0]
+
+
+def test_use_book_style_sends_retina_pngs_inside_ipython(monkeypatch):
+    import base64
+
+    import IPython
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    import matplotlib as mpl
+
+    with mpl.rc_context():
+        use_book_style()
+        fig, _ = plt.subplots(figsize=(4, 3))
+        data, metadata = shell.display_formatter.format(fig)
+    # a retina PNG has twice the pixels of the size it asks to be shown at (the figure's, cropped
+    # to what was drawn)
+    png = data["image/png"]
+    png = base64.b64decode(png) if isinstance(png, str) else png
+    pixels = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")   # the IHDR chunk
+    shown = metadata["image/png"]["width"], metadata["image/png"]["height"]
+    assert 300 < shown[0] <= 400 and 200 < shown[1] <= 300
+    assert shown == (pixels[0] // 2, pixels[1] // 2)
+    use_book_style(retina=False)  # outside IPython, or when not asked: nothing but rcParams
+
+
+def test_heatmap_annotations_are_not_smaller_than_the_minimum():
+    ax = heatmap(np.eye(2), ["a", "b"], ["c", "d"])
+    assert min(t.get_fontsize() for t in ax.texts) >= MIN_FONT_PT
+
+
+@pytest.mark.parametrize("n, shape", [(1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2)), (5, (3, 2))])
+def test_panels_puts_at_most_two_side_by_side(n, shape):
+    fig, axes = panels(n)
+    assert len(axes) == n == len(fig.axes)               # unused cells removed
+    rows = {round(ax.get_subplotspec().rowspan.start) for ax in axes}
+    columns = {round(ax.get_subplotspec().colspan.start) for ax in axes}
+    assert (len(rows), len(columns)) == (shape[0], shape[1] if n > 1 else 1)
+    assert fig.get_size_inches()[0] == BOOK_WIDTH_IN
+    assert fig.get_size_inches()[1] == pytest.approx(3.2 * shape[0])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "2"])
+def test_panels_rejects_a_count_that_is_not_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="panels: n must be a positive integer"):
+        panels(bad)

@@ -224,7 +224,10 @@ def test_environment_summary_default_device_and_data_dir(clean_env, tmp_path):
     rows = _summary_rows(environment_summary())
     assert rows["device"] == "cpu"
     assert rows["profile"] == "full"
-    assert rows["data directory"] == str(tmp_path)
+    assert rows["data"] == "a local copy, from $TB_DATA_DIR"
+    assert str(tmp_path) not in environment_summary()      # the machine's path is not printed
+    clean_env.delenv("TB_DATA_DIR")
+    assert _summary_rows(environment_summary())["data"] == "downloaded from the pinned addresses into the cache"
 
 
 # --------------------------------------------------------------------------------------

@@ -231,6 +231,53 @@ def test_time_budget_stops_training_and_resumes_with_a_larger_budget(tmp_path):
         TrainConfig(time_budget_s=0)
 
 
+def _as_a_notebook_shows_it(text):
+    """Stream text as a notebook stores it: each line keeps what follows its last carriage return."""
+    return [line.rsplit("\r", 1)[-1] for line in text.split("\n") if line.rsplit("\r", 1)[-1].strip()]
+
+
+def test_fit_leaves_one_summary_line_instead_of_its_progress_bar(capsys):
+    config = TrainConfig(steps=30, lr=3e-2, warmup_steps=5, eval_every=15, log_every=10)
+    history = fit(make_model(), batches, lm_loss, config, val_batches=val_batches, progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = _as_a_notebook_shows_it(captured.err)
+    assert len(lines) == 1, lines                      # the bar was cleared; one line stays
+    (line,) = lines
+    assert "it/s" not in line and "%|" not in line
+    assert line.startswith("train: 30 steps, the schedule's end; ")
+    mean_last_10 = sum(loss for _, loss in history.train_loss[-10:]) / 10
+    assert f"training loss {mean_last_10:.4f} (mean of the last 10 steps)" in line
+    assert f"validation loss {history.val_loss[-1][1]:.4f}" in line
+    assert f"{history.tokens_per_s[-1][1]:,.0f} tokens/s" in line
+
+
+def test_a_run_stopped_by_its_time_budget_says_so_in_its_summary_line(capsys, tmp_path):
+    import time as clock
+
+    def slow_loss(model, batch):
+        clock.sleep(0.03)
+        return lm_loss(model, batch)
+
+    path = str(tmp_path / "budget.pt")
+    config = TrainConfig(steps=1000, lr=1e-2, warmup_steps=2, log_every=500, checkpoint_path=path,
+                         checkpoint_every=500, time_budget_s=0.2)
+    history = fit(make_model(), batches, slow_loss, config, progress=True)
+    done = history.train_loss[-1][0]
+    (line,) = _as_a_notebook_shows_it(capsys.readouterr().err)
+    assert line.startswith(f"train: {done:,} of 1,000 steps, stopped by the 0.2 s time budget; ")
+    assert f"(mean of the last {done} steps)" in line and "validation" not in line
+    # resumed with the budget spent: nothing runs, and the line says why
+    fit(make_model(), batches, slow_loss, config, progress=True, resume=True)
+    (line,) = _as_a_notebook_shows_it(capsys.readouterr().err)
+    assert line == f"train: nothing left to run: the checkpoint's {done:,} steps already spent the 0.2 s time budget"
+
+
+def test_no_output_at_all_without_progress(capsys):
+    fit(make_model(), batches, lm_loss, TrainConfig(steps=3, warmup_steps=1), progress=False)
+    assert capsys.readouterr() == ("", "")
+
+
 def test_validation_runs_in_eval_mode_and_restores_train_mode():
     modes = []
 

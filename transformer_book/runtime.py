@@ -149,7 +149,9 @@ def machine_description(device: torch.device) -> str:
 
 
 def environment_summary(device: torch.device | None = None) -> str:
-    """A few lines saying what a chapter runs on: versions, device, profile, threads, data.
+    """A few lines saying what a chapter runs on: versions, device, profile, threads, and whether
+    the corpora come from a local copy (``$TB_DATA_DIR``, whose path is not printed) or were
+    downloaded.
 
     Meant to be printed at the top of every chapter, so that stored outputs say where they
     came from.
@@ -165,7 +167,9 @@ def environment_summary(device: torch.device | None = None) -> str:
         ("device", device_description(device)),
         ("profile", profile()),
         ("torch threads", str(torch.get_num_threads())),
-        ("data directory", os.environ.get("TB_DATA_DIR") or "(none: downloads into the cache)"),
+        # not the directory itself: a path says nothing to a reader and names the machine it ran on
+        ("data", "a local copy, from $TB_DATA_DIR" if os.environ.get("TB_DATA_DIR")
+         else "downloaded from the pinned addresses into the cache"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}} : {v}" for k, v in rows)

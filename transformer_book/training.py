@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -41,7 +42,7 @@ from transformer_book.schedules import SCHEDULES, make_schedule
 from transformer_book.schedules import warmup_cosine, warmup_inverse_sqrt  # noqa: F401 - re-exported
 
 __all__ = ["TrainConfig", "History", "fit", "CHECKPOINT_VERSION", "init_distributed", "shard_batch", "to_device",
-           "seconds_per_step", "steps_in_budget"]
+           "seconds_per_step", "steps_in_budget", "summary_line"]
 # Also importable from here, where the chapters first use them: the losses of objectives, the
 # schedules, and checkpoints' save_model, load_model and read_checkpoint.
 
@@ -417,7 +418,9 @@ def fit(
     ``n_tokens`` tokens), back-propagates, clips the gradient norm to ``config.clip_norm``,
     and takes an AdamW step and a schedule step. ``train_batches`` must depend only on ``s``
     (see the module docstring): that is what makes a resumed run repeat an uninterrupted one.
-    The gradients of the last step are left in ``.grad`` for inspection.
+    The gradients of the last step are left in ``.grad`` for inspection. With ``progress`` a
+    progress bar runs while training does and is then replaced by one line on standard error
+    (:func:`summary_line`): the steps run and why training stopped, the time, the loss.
 
     On CUDA the step runs in bf16 autocast (``config.amp``), compiled (``config.compile``), with
     fused AdamW, and batch ``s + 1`` is made and copied from pinned memory while the GPU computes
@@ -540,8 +543,11 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
         return to_device(shard_batch(batch, rank, world_size) if world_size > 1 else batch, device)
 
     model.train()
+    # The bar is live while training runs and is cleared when it ends (leave=False): what stays in a
+    # notebook's output is the one summary line written below, never a bar stopped part-way.
     bar = tqdm(total=config.steps, initial=start, disable=not progress or rank != 0, desc="train",
-               dynamic_ncols=True)
+               dynamic_ncols=True, leave=False)
+    began = time.perf_counter()
     window_tokens, window_seconds, postfix = 0, 0.0, {}
     train_seconds = history.train_time_s[-1][1] if history.train_time_s else 0.0
     upcoming = None
@@ -616,4 +622,53 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
                 break
     finally:
         bar.close()
+    if progress and rank == 0:
+        tqdm.write(summary_line(history, config, start=start, wall_s=time.perf_counter() - began),
+                   file=sys.stderr)
     return history
+
+
+def summary_line(history: History, config: TrainConfig, *, start: int = 0, wall_s: float | None = None) -> str:
+    """The one line :func:`fit` leaves behind when its progress bar is cleared.
+
+    It says how many steps ran and why training stopped (the schedule's end, or the time budget
+    after ``k`` of the ``config.steps`` steps), the wall time, the mean training loss of the last
+    logging window (at most ``config.log_every`` steps), the last throughput and, when there was
+    validation, the last validation loss. ``start`` is the step a resumed run began from.
+    """
+    done = history.train_loss[-1][0] if history.train_loss else start
+    ran = done - start
+    budget = config.time_budget_s
+    stopped = done < config.steps
+    if ran == 0:
+        return (f"train: nothing left to run: the checkpoint's {done:,} steps "
+                + (f"already spent the {_seconds(budget)} time budget" if stopped and budget is not None
+                   else "already complete the schedule"))
+    if stopped and budget is not None:
+        head = f"train: {done:,} of {config.steps:,} steps, stopped by the {_seconds(budget)} time budget"
+    else:
+        head = f"train: {done:,} steps, the schedule's end"
+    if start:
+        head += f" (resumed at step {start:,})"
+    parts = [head]
+    if wall_s is not None:
+        parts.append(f"{_clock(wall_s)} ({ran / wall_s:,.2f} steps/s)" if wall_s > 0 else _clock(wall_s))
+    window = [loss for _, loss in history.train_loss[-min(config.log_every, ran):]]
+    parts.append(f"training loss {sum(window) / len(window):.4f} (mean of the last {len(window):,} steps)")
+    if history.tokens_per_s and math.isfinite(history.tokens_per_s[-1][1]):
+        parts.append(f"{history.tokens_per_s[-1][1]:,.0f} tokens/s")
+    if history.val_loss:
+        parts.append(f"validation loss {history.val_loss[-1][1]:.4f}")
+    return "; ".join(parts)
+
+
+def _seconds(seconds: float) -> str:
+    """A time budget in words: ``600 s``, ``1,024 s``, ``0.2 s``."""
+    return f"{seconds:,.0f} s" if seconds >= 10 else f"{seconds:g} s"
+
+
+def _clock(seconds: float) -> str:
+    """``seconds`` as ``m:ss`` (or ``h:mm:ss`` from an hour), as tqdm writes elapsed time."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -400,6 +400,22 @@ def test_word2vec_is_reproducible_with_a_seed():
     assert not np.array_equal(first.w_in, other.w_in)
 
 
+def test_the_progress_bar_ends_full_though_epochs_draw_different_counts(capsys):
+    # subsampling and the reduced window draw a different number of examples each epoch, so the
+    # total planned from the first epoch is off; the bar must still end at 100%, at what was read
+    sentences, _ = _topic_corpus(200)
+    vocab = _vocab(sentences)
+    corpus = encode_corpus(sentences, vocab)
+    config = Word2VecConfig(dim=8, window=3, negatives=2, epochs=3, sample=1e-2, batch_size=64, seed=0)
+    result = train_word2vec(corpus, vocab.counts, config, progress=True)
+    last = [line.rsplit("\r", 1)[-1] for line in capsys.readouterr().err.split("\n") if "|" in line][-1]
+    assert last.lstrip().startswith(f"{config.architecture}: 100%|"), last
+    shown = last.split("|")[2].split("[")[0].strip()          # "n/total" in tqdm's units
+    done, total = shown.split("/")
+    assert done == total, last
+    assert result.examples > 0
+
+
 def test_word2vec_rejects_bad_input():
     sentences, _ = _topic_corpus(20)
     vocab = _vocab(sentences)

@@ -491,6 +491,9 @@ def train_word2vec(
             result.examples += n_predicted
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        if bar is not None:  # its total was estimated from the first epoch: end it at what was trained on
+            bar.total = done
+            bar.refresh()
     finally:
         torch.set_flush_denormal(False)
         if bar is not None:

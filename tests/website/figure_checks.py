@@ -1,0 +1,188 @@
+"""Checks of the figures and training outputs that a chapter page shows, for the website tests.
+
+`visit_figures` loads one page at a laptop's width and again at a phone's (device scale 1) and
+returns a `FigureSnapshot`: each output image's drawn size in pixels, the width its output asks to
+be shown at, and the width it is shown at on each screen; and the text of every cell output. The
+`*_problems` functions judge a snapshot and return a list of problems (empty: the check passed),
+each naming the problem and the figure or line:
+
+  - `sharpness_problems`: a figure is drawn with fewer than 1.9 pixels for each pixel it is shown
+    at on a laptop, so that it is blurry on a high-density screen (the book's figures are retina
+    PNGs: twice the pixels, shown at half size);
+  - `phone_text_problems`: a phone shrinks a figure so far that its smallest text (the book's
+    minimum, 9 pt, drawn at 100 pixels per inch) comes out below 5.9 pixels;
+  - `distortion_problems`: a figure squeezed on a phone (its width shrunk, its height not);
+  - `red_green_problems` (reads the image files): a figure pairs matplotlib's default green with
+    its default red, which readers with a red-green colour-vision deficiency cannot tell apart;
+  - `progress_bar_problems`: an output keeps a progress bar stopped part-way ("35%|...| 904/2600"),
+    which reads as a crashed run (the training loop leaves one summary line instead);
+  - `machine_path_problems`: the environment summary prints the build machine's data path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+LAPTOP = {"width": 1366, "height": 768}
+PHONE = {"width": 390, "height": 844}
+MIN_FONT_PT = 9.0
+PIXELS_PER_INCH = 100          # matplotlib's figure.dpi: the size a figure asks to be shown at
+MIN_TEXT_PX = 5.9
+MIN_SHARPNESS = 1.9
+# matplotlib's default green and red (tab:green, tab:red), and how close a pixel must be to count
+DEFAULT_GREEN, DEFAULT_RED = (44, 160, 44), (214, 39, 40)
+COLOUR_RADIUS = 30
+MIN_COLOUR_SHARE = 0.001
+# a tqdm bar: "35%|███▌      | 904/2600 [17:04<32:02, ...]" (counts may carry k, M, ... suffixes)
+BAR = re.compile(r"(\d{1,3})%\|[^|\n]*\|\s*([\d.,]+[kMGT]?)/([\d.,]+[kMGT]?)")
+# the environment summary's data row with a path in it (absolute, home-relative or a drive)
+DATA_PATH = re.compile(r"^\s*data(?: directory)?\s*:\s*(?:/|~|[A-Za-z]:\\)\S*", re.MULTILINE)
+
+
+@dataclass
+class FigureSnapshot:
+    url: str
+    images: list[dict] = field(default_factory=list)   # {src, natural, natural_height, asked, laptop,
+                                                       #  phone, phone_height}: sizes in pixels
+    outputs: list[str] = field(default_factory=list)   # each cell output's text
+
+
+_IMAGES_JS = """
+() => Array.from(document.querySelectorAll('.cell_output img')).map(img => ({
+  src: img.currentSrc || img.src, natural: img.naturalWidth, naturalHeight: img.naturalHeight,
+  asked: parseFloat(img.getAttribute('width')) || null, shown: img.getBoundingClientRect().width,
+  shownHeight: img.getBoundingClientRect().height}))
+"""
+_OUTPUTS_JS = """
+() => Array.from(document.querySelectorAll('.cell_output')).map(o => o.textContent)
+"""
+
+
+def new_context(browser):
+    """A browser context at a laptop's viewport and device scale 1, outside hosts blocked."""
+    context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
+
+    def route(r):
+        url = r.request.url
+        if url.startswith(("data:", "blob:")) or urlsplit(url).hostname == "127.0.0.1":
+            r.continue_()
+        else:
+            r.abort()
+
+    context.route("**/*", route)
+    return context
+
+
+def _images(page) -> list[dict]:
+    page.wait_for_function("() => Array.from(document.images).every(i => i.complete)", timeout=20_000)
+    return page.evaluate(_IMAGES_JS)
+
+
+def visit_figures(context, url: str) -> FigureSnapshot:
+    page = context.new_page()
+    try:
+        page.set_viewport_size(LAPTOP)
+        page.goto(url, wait_until="load")
+        laptop = _images(page)
+        outputs = page.evaluate(_OUTPUTS_JS)
+        page.set_viewport_size(PHONE)
+        page.wait_for_timeout(100)
+        phone = _images(page)
+    finally:
+        page.close()
+    images = [{"src": a["src"], "natural": a["natural"], "natural_height": a["naturalHeight"], "asked": a["asked"],
+               "laptop": a["shown"], "phone": b["shown"], "phone_height": b["shownHeight"]}
+              for a, b in zip(laptop, phone)]
+    return FigureSnapshot(url=url, images=images, outputs=outputs)
+
+
+def _name(image: dict) -> str:
+    return unquote(urlsplit(image["src"]).path.rsplit("/", 1)[-1])[:24]
+
+
+def sharpness_problems(snap: FigureSnapshot) -> list[str]:
+    problems = []
+    for image in snap.images:
+        if image["laptop"] < 50 or not image["natural"]:
+            continue
+        ratio = image["natural"] / image["laptop"]
+        if ratio < MIN_SHARPNESS:
+            problems.append(f"figure {_name(image)}: {image['natural']} pixels drawn for {image['laptop']:.0f} "
+                            f"shown on a laptop ({ratio:.2f} per pixel, under {MIN_SHARPNESS}): blurry on a "
+                            "high-density screen")
+    return problems
+
+
+def phone_text_problems(snap: FigureSnapshot) -> list[str]:
+    problems = []
+    for image in snap.images:
+        asked = image["asked"] or image["natural"]
+        if not asked or image["phone"] < 1:
+            continue
+        text_px = MIN_FONT_PT / 72 * PIXELS_PER_INCH * min(1.0, image["phone"] / asked)
+        if text_px < MIN_TEXT_PX:
+            problems.append(f"figure {_name(image)}: {asked:.0f} px wide, shown at {image['phone']:.0f} px on a "
+                            f"phone: {MIN_FONT_PT:g}-pt text comes out {text_px:.1f} px high (under {MIN_TEXT_PX})")
+    return problems
+
+
+def distortion_problems(snap: FigureSnapshot) -> list[str]:
+    """A figure shrunk to a phone's width keeps its proportions (its height shrinks with it)."""
+    problems = []
+    for image in snap.images:
+        if not image["natural"] or not image["natural_height"] or image["phone"] < 1:
+            continue
+        drawn, shown = image["natural_height"] / image["natural"], image["phone_height"] / image["phone"]
+        if abs(shown / drawn - 1) > 0.02:
+            problems.append(f"figure {_name(image)}: shown {image['phone']:.0f} x {image['phone_height']:.0f} px on a "
+                            f"phone, {shown / drawn:.2f} times as tall as its proportions")
+    return problems
+
+
+def _image_file(site: Path, base_url: str, src: str) -> Path:
+    path = unquote(urlsplit(urljoin(base_url, src)).path).lstrip("/")
+    return Path(site) / path
+
+
+def red_green_problems(snap: FigureSnapshot, site: Path, base_url: str) -> list[str]:
+    import numpy as np
+    from PIL import Image
+
+    problems = []
+    for image in snap.images:
+        with Image.open(_image_file(site, base_url, image["src"])) as picture:
+            pixels = np.asarray(picture.convert("RGB"), dtype=np.int32).reshape(-1, 3)
+
+        def share(colour):
+            return float((np.abs(pixels - np.array(colour)).max(axis=1) <= COLOUR_RADIUS).mean())
+
+        green, red = share(DEFAULT_GREEN), share(DEFAULT_RED)
+        if green >= MIN_COLOUR_SHARE and red >= MIN_COLOUR_SHARE:
+            problems.append(f"figure {_name(image)}: matplotlib's green ({green:.1%} of its pixels) beside its red "
+                            f"({red:.1%}), which a red-green colour-vision deficiency merges")
+    return problems
+
+
+def _count(text: str) -> float:
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    text = text.replace(",", "")
+    return float(text[:-1]) * scale[text[-1]] if text[-1] in scale else float(text)
+
+
+def progress_bar_problems(snap: FigureSnapshot) -> list[str]:
+    problems = []
+    for output in snap.outputs:
+        for match in BAR.finditer(output):
+            percent, done, total = int(match.group(1)), _count(match.group(2)), _count(match.group(3))
+            if percent < 100 or done < total:
+                line = output[match.start():].split("\n", 1)[0]
+                problems.append(f"a progress bar stopped part-way: {line[:90]}")
+    return problems
+
+
+def machine_path_problems(snap: FigureSnapshot) -> list[str]:
+    return [f"the environment summary names the machine's data path: {m.group(0).strip()[:80]}"
+            for output in snap.outputs for m in DATA_PATH.finditer(output)]

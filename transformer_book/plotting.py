@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # matplotlib is imported lazily: importing the package stays 
 
 __all__ = ["BOOK_COLOURS", "MIN_FONT_PT", "BOOK_WIDTH_IN", "use_book_style", "panels", "heatmap", "attention_heatmap"]
 
-# Okabe and Ito's eight colours, told apart with each common colour-vision deficiency (black last).
-BOOK_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+# Okabe and Ito's eight colours, told apart with each common colour-vision deficiency; their yellow,
+# faint on white, comes last, for an eighth line.
+BOOK_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 # No text in a figure is smaller than this. A figure BOOK_WIDTH_IN wide is drawn at 100 px per inch
 # and shrunk to a 358-px phone column, about half size: 9 pt is then still about 6.5 px high.
 MIN_FONT_PT = 9.0

@@ -27,9 +27,9 @@ BOOK_WIDTH_IN = 7.0
 def use_book_style(*, retina: bool = True) -> None:
     """Give every later matplotlib figure the book's style.
 
-    The colour cycle is :data:`BOOK_COLOURS` (so ``"C0"``, ``"C1"``, ... name them), fonts are at
-    least :data:`MIN_FONT_PT` points (ticks and legends included), the default figure is
-    :data:`BOOK_WIDTH_IN` inches wide, and, inside IPython, figures are sent as PNGs of twice the
+    The colour cycle is ``BOOK_COLOURS`` (so ``"C0"``, ``"C1"``, ... name them), fonts are at
+    least ``MIN_FONT_PT`` points (ticks and legends included), the default figure is
+    ``BOOK_WIDTH_IN`` inches wide, and, inside IPython, figures are sent as PNGs of twice the
     pixel density (``retina``) so that they stay sharp on high-density screens and when zoomed.
     Chapters call it once, in their first cell.
     """
@@ -62,7 +62,7 @@ def use_book_style(*, retina: bool = True) -> None:
 
 
 def panels(n: int, *, max_columns: int = 2, panel_height: float = 3.2, width: float = BOOK_WIDTH_IN,
-           **subplots_kwargs: Any) -> tuple["Figure", list["Axes"]]:
+           **subplots_kwargs: Any) -> tuple[Figure, list[Axes]]:
     """A figure of ``n`` panels, at most ``max_columns`` side by side, the rest in further rows.
 
     Four panels become a 2 x 2 grid rather than a row of four, so that the figure keeps the book's

@@ -10,7 +10,7 @@ each naming the problem and the figure or line:
     at on a laptop, so that it is blurry on a high-density screen (the book's figures are retina
     PNGs: twice the pixels, shown at half size);
   - `phone_text_problems`: a phone shrinks a figure so far that its smallest text (the book's
-    minimum, 9 pt, drawn at 100 pixels per inch) comes out below 5.9 pixels;
+    minimum, 9 pt, drawn at 100 pixels per inch) comes out below 5.5 pixels;
   - `distortion_problems`: a figure squeezed on a phone (its width shrunk, its height not);
   - `red_green_problems` (reads the image files): a figure pairs matplotlib's default green with
     its default red, which readers with a red-green colour-vision deficiency cannot tell apart;
@@ -30,7 +30,9 @@ LAPTOP = {"width": 1366, "height": 768}
 PHONE = {"width": 390, "height": 844}
 MIN_FONT_PT = 9.0
 PIXELS_PER_INCH = 100          # matplotlib's figure.dpi: the size a figure asks to be shown at
-MIN_TEXT_PX = 5.9
+# The old pages' figures (10-16 inches wide) put their text at 3-4.5 px on the theme's 342-px phone
+# column; the book's 7-inch figures (7.3-7.5 inches once cropped to what is drawn) at 5.7-6 px.
+MIN_TEXT_PX = 5.5
 MIN_SHARPNESS = 1.9
 # matplotlib's default green and red (tab:green, tab:red), and how close a pixel must be to count
 DEFAULT_GREEN, DEFAULT_RED = (44, 160, 44), (214, 39, 40)
@@ -53,7 +55,9 @@ class FigureSnapshot:
 _IMAGES_JS = """
 () => Array.from(document.querySelectorAll('.cell_output img')).map(img => ({
   src: img.currentSrc || img.src, natural: img.naturalWidth, naturalHeight: img.naturalHeight,
-  asked: parseFloat(img.getAttribute('width')) || null, shown: img.getBoundingClientRect().width,
+  // the width the output asks for: myst-nb writes it as an inline style, HTML may give an attribute
+  asked: parseFloat(img.style.width) || parseFloat(img.getAttribute('width')) || null,
+  shown: img.getBoundingClientRect().width,
   shownHeight: img.getBoundingClientRect().height}))
 """
 _OUTPUTS_JS = """

@@ -21,7 +21,7 @@ import site_checks as sc  # noqa: E402
 from transformer_book.plotting import BOOK_COLOURS  # noqa: E402
 
 PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
-<style>body {{ margin: 0 16px; }} img {{ max-width: 100%; height: auto; }}</style></head>
+<style>body {{ margin: 0 16px; }} img {{ max-width: 100%; height: auto !important; }}</style></head>
 <body><article>{}</article></body></html>"""
 
 
@@ -44,9 +44,12 @@ def served(tmp_path_factory):
     _figure(root / "book_colours.png", 7, 200, (BOOK_COLOURS[2], BOOK_COLOURS[3]))
     pages = {
         "old": '<div class="cell_output"><img src="old.png" alt="a figure"></div>',
-        "book": '<div class="cell_output"><img src="book.png" width="700" height="300" alt="a figure"></div>',
-        "squeezed": '<style>.cell_output img { height: 300px; }</style>'
-                    '<div class="cell_output"><img src="book.png" width="700" height="300" alt="a figure"></div>',
+        # as myst-nb writes a retina PNG: the size to show it at as an inline style
+        "book": '<div class="cell_output"><img src="book.png" style="width: 700px; height: 300px;" alt="a figure">'
+                '</div>',
+        "squeezed": '<style>.cell_output img { height: 300px !important; }</style>'
+                    '<div class="cell_output"><img src="book.png" style="width: 700px; height: 300px;" alt="a figure">'
+                    '</div>',
         "wide": '<div class="cell_output"><img src="wide.png" width="1100" alt="a figure"></div>',
         "green_red": '<div class="cell_output"><img src="green_red.png" width="700" alt="a figure"></div>',
         "book_colours": '<div class="cell_output"><img src="book_colours.png" width="700" alt="a figure"></div>',

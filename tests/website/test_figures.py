@@ -3,7 +3,7 @@ Chromium at a laptop's width and a phone's, for every chapter drawn in the book'
 (its first cell calls ``plotting.use_book_style()``):
 
   - every figure is sharp on a high-density screen (a retina PNG: two pixels drawn for each shown);
-  - a phone shrinks no figure so far that the book's smallest text (9 pt) falls under 5.9 px;
+  - a phone shrinks no figure so far that the book's smallest text (9 pt) falls under 5.5 px;
   - a figure shrunk to a phone keeps its proportions;
   - no figure pairs matplotlib's default green with its default red;
   - no output keeps a progress bar stopped part-way (training ends with one summary line);

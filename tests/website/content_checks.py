@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import site_checks as sc
 
@@ -153,17 +152,7 @@ def new_context(browser):
     """One browser context for every page: a laptop's viewport, outside hosts blocked, and
     MathJax not loaded (it triples the time of a page, and these checks do not need it)."""
     context = browser.new_context(viewport={"width": 1366, "height": 768})
-
-    def route(r):
-        url = r.request.url
-        if url.startswith(("data:", "blob:")) or (urlsplit(url).hostname == "127.0.0.1"
-                                                   and "/mathjax/" not in urlsplit(url).path.lower()):
-            r.continue_()
-        else:
-            r.abort()
-
-    context.route("**/*", route)
-    return context
+    return sc.local_only(context, mathjax=False)
 
 
 def visit_content(context, url: str, timeout_ms: int = 20_000) -> ContentSnapshot:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
+import site_checks as sc
+
 LAPTOP = {"width": 1366, "height": 768}
 PHONE = {"width": 390, "height": 844}
 MIN_FONT_PT = 9.0
@@ -68,16 +70,7 @@ _OUTPUTS_JS = """
 def new_context(browser):
     """A browser context at a laptop's viewport and device scale 1, outside hosts blocked."""
     context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
-
-    def route(r):
-        url = r.request.url
-        if url.startswith(("data:", "blob:")) or urlsplit(url).hostname == "127.0.0.1":
-            r.continue_()
-        else:
-            r.abort()
-
-    context.route("**/*", route)
-    return context
+    return sc.local_only(context)
 
 
 def _images(page) -> list[dict]:

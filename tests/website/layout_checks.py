@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import yaml
 
@@ -83,16 +82,7 @@ def new_context(browser, viewport: dict, phone: bool = False):
     if phone:
         options.update(is_mobile=True, has_touch=True)
     context = browser.new_context(**options)
-
-    def route(r):
-        host = urlsplit(r.request.url).hostname
-        if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
-            r.continue_()
-        else:
-            r.abort()
-
-    context.route("**/*", route)
-    return context
+    return site_checks.local_only(context)
 
 
 def load(page, url: str, timeout_ms: int = 30_000) -> None:

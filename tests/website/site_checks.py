@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
@@ -452,3 +453,47 @@ def link_problems(site: Path, start: str = "index.html") -> tuple[list[str], lis
                     seen.add(path)
                     todo.append(path)
     return problems, sorted(seen)
+
+
+# ---- helpers shared by the checks and their tests -------------------------------------------
+
+def local_only(context, *, mathjax: bool = True):
+    """Let `context` load data:, blob: and 127.0.0.1 (without MathJax's files unless `mathjax`)
+    and refuse every other host; returns the context."""
+    def route(r):
+        url = r.request.url
+        local = urlsplit(url).hostname == "127.0.0.1" and (mathjax or "/mathjax/" not in urlsplit(url).path.lower())
+        if url.startswith(("data:", "blob:")) or local:
+            r.continue_()
+        else:
+            r.abort()
+
+    context.route("**/*", route)
+    return context
+
+
+def fail_if(problems: list[str], what: str) -> None:
+    """Fail a test with every problem a check reported, one per line under `what`."""
+    assert not problems, f"{what}:\n  " + "\n  ".join(problems)
+
+
+@contextmanager
+def edited_page(copy: Path, docname: str, edit):
+    """Apply `edit` (str -> str) to the copy of one page for the duration of the block."""
+    path = copy / page_path(docname)
+    original = path.read_text(encoding="utf-8")
+    changed = edit(original)
+    assert changed != original, f"the edit did not change {path}"
+    path.write_text(changed, encoding="utf-8")
+    try:
+        yield
+    finally:
+        path.write_text(original, encoding="utf-8")
+
+
+def in_article(snippet: str):
+    """An edit that puts `snippet` right after the page's title, in the article."""
+    def edit(html):
+        at = html.index("</h1>", html.index('<article class="bd-article"')) + len("</h1>")
+        return html[:at] + snippet + html[at:]
+    return edit

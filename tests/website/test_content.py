@@ -28,9 +28,6 @@ CHAPTERS = sc.chapter_docnames()
 ROOT = DOCS[0]
 
 
-def _fail_if(problems, what):
-    assert not problems, f"{what}:\n  " + "\n  ".join(problems)
-
 
 @pytest.fixture(scope="module")
 def context(browser):
@@ -54,7 +51,7 @@ def content(context, site_url):
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_markdown_and_math_render(content, doc):
-    _fail_if(cc.markdown_problems(content(doc)), f"{doc}: Markdown or math shown as raw text")
+    sc.fail_if(cc.markdown_problems(content(doc)), f"{doc}: Markdown or math shown as raw text")
 
 
 def test_markdown_table_output_is_a_table(content):
@@ -67,46 +64,46 @@ def test_markdown_table_output_is_a_table(content):
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_plots_have_alt_text(content, doc):
-    _fail_if(cc.alt_text_problems(content(doc)), f"{doc}: images without a description")
+    sc.fail_if(cc.alt_text_problems(content(doc)), f"{doc}: images without a description")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_plots_are_captioned_figures(content, doc):
-    _fail_if(cc.caption_problems(content(doc)), f"{doc}: plots without a caption")
+    sc.fail_if(cc.caption_problems(content(doc)), f"{doc}: plots without a caption")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_copy_buttons_have_names(content, doc):
-    _fail_if(cc.copy_button_problems(content(doc)), f"{doc}: copy buttons")
+    sc.fail_if(cc.copy_button_problems(content(doc)), f"{doc}: copy buttons")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_bookkeeping_cells_are_collapsed(content, doc):
-    _fail_if(cc.bookkeeping_problems(content(doc)), f"{doc}: bookkeeping cells")
+    sc.fail_if(cc.bookkeeping_problems(content(doc)), f"{doc}: bookkeeping cells")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_streams_are_one_box(content, doc):
-    _fail_if(cc.stream_problems(content(doc)), f"{doc}: stream outputs")
+    sc.fail_if(cc.stream_problems(content(doc)), f"{doc}: stream outputs")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_download_menu_offers_files(content, doc):
-    _fail_if(cc.download_menu_problems(content(doc)), f"{doc}: download menu")
+    sc.fail_if(cc.download_menu_problems(content(doc)), f"{doc}: download menu")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_no_placeholders(content, doc):
-    _fail_if(cc.placeholder_problems(content(doc)), f"{doc}: placeholders")
+    sc.fail_if(cc.placeholder_problems(content(doc)), f"{doc}: placeholders")
 
 
 def test_landing_page_links_to_the_repository(content, config):
-    _fail_if(cc.repository_link_problems(content(ROOT), config), f"{ROOT}: repository")
+    sc.fail_if(cc.repository_link_problems(content(ROOT), config), f"{ROOT}: repository")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_long_listings_start_collapsed(content, doc):
-    _fail_if(cc.listing_problems(content(doc)), f"{doc}: long source listings")
+    sc.fail_if(cc.listing_problems(content(doc)), f"{doc}: long source listings")
 
 
 def test_long_listing_button_shows_every_line(context, site_url):
@@ -129,4 +126,4 @@ def test_long_listing_button_shows_every_line(context, site_url):
 
 
 def test_no_page_is_too_large(site):
-    _fail_if(cc.page_size_problems(site), "pages over the size limit")
+    sc.fail_if(cc.page_size_problems(site), "pages over the size limit")

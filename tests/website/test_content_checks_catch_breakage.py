@@ -9,7 +9,6 @@ must give no problem at all.
 from __future__ import annotations
 
 import shutil
-from contextlib import contextmanager
 
 import pytest
 
@@ -42,25 +41,6 @@ def context(browser):
     context.close()
 
 
-@contextmanager
-def edited(copy, edit):
-    """Apply `edit` (str -> str) to the copy of chapter 1's page for the duration of the block."""
-    path = copy / sc.page_path(CHAPTER)
-    original = path.read_text(encoding="utf-8")
-    changed = edit(original)
-    assert changed != original, f"the edit did not change {path}"
-    path.write_text(changed, encoding="utf-8")
-    try:
-        yield
-    finally:
-        path.write_text(original, encoding="utf-8")
-
-
-def in_article(snippet):
-    def edit(html):
-        at = html.index("</h1>", html.index('<article class="bd-article"')) + len("</h1>")
-        return html[:at] + snippet + html[at:]
-    return edit
 
 
 def visit(context, copy_url):
@@ -115,20 +95,20 @@ def test_intact_copy_reports_nothing(context, copy, copy_url):
 ], ids=["table-in-output", "dollars-in-output", "table-in-prose", "path-alt", "no-alt", "short-alt",
         "no-figure", "empty-caption", "record-cell", "split-stream", "print-button", "placeholder"])
 def test_breakage_is_reported(context, copy, copy_url, snippet, check, expected):
-    with edited(copy, in_article(snippet)):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = check(visit(context, copy_url))
     assert_reported(problems, expected)
 
 
 def test_unlabelled_copy_buttons_are_reported(context, copy, copy_url):
     """Without the script that labels them, sphinx-copybutton's buttons have no name."""
-    with edited(copy, lambda html: html.replace("a11y.js", "no-such-script.js")):
+    with sc.edited_page(copy, CHAPTER, lambda html: html.replace("a11y.js", "no-such-script.js")):
         problems = cc.copy_button_problems(visit(context, copy_url))
     assert_reported(problems, "has no accessible name")
 
 
 def test_uncollapsed_listing_is_reported(context, copy, copy_url):
-    with edited(copy, lambda html: html.replace("listings.js", "no-such-script.js")):
+    with sc.edited_page(copy, CHAPTER, lambda html: html.replace("listings.js", "no-such-script.js")):
         problems = cc.listing_problems(visit(context, copy_url))
     assert_reported(problems, "listing")
     assert_reported(problems, "is shown in full")

@@ -45,9 +45,6 @@ def test_the_chapters_awaiting_a_rerun_are_exactly_those_without_the_style():
         f"listed but now in the style (remove them from AWAITING_RERUN): {sorted(AWAITING_RERUN - without)}")
 
 
-def _fail_if(problems, what):
-    assert not problems, f"{what}:\n  " + "\n  ".join(problems)
-
 
 @pytest.fixture(scope="module")
 def context(browser):
@@ -70,29 +67,29 @@ def figures(context, site_url):
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_figures_are_sharp(figures, doc):
-    _fail_if(fc.sharpness_problems(figures(doc)), f"{doc}: blurry figures")
+    sc.fail_if(fc.sharpness_problems(figures(doc)), f"{doc}: blurry figures")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_figure_text_is_legible_on_a_phone(figures, doc):
-    _fail_if(fc.phone_text_problems(figures(doc)), f"{doc}: figures too wide for a phone")
+    sc.fail_if(fc.phone_text_problems(figures(doc)), f"{doc}: figures too wide for a phone")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_figures_keep_their_proportions_on_a_phone(figures, doc):
-    _fail_if(fc.distortion_problems(figures(doc)), f"{doc}: squeezed figures")
+    sc.fail_if(fc.distortion_problems(figures(doc)), f"{doc}: squeezed figures")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_no_figure_pairs_green_with_red(figures, doc, site, site_url):
-    _fail_if(fc.red_green_problems(figures(doc), site, site_url), f"{doc}: colours")
+    sc.fail_if(fc.red_green_problems(figures(doc), site, site_url), f"{doc}: colours")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_no_progress_bar_stopped_part_way(figures, doc):
-    _fail_if(fc.progress_bar_problems(figures(doc)), f"{doc}: progress bars")
+    sc.fail_if(fc.progress_bar_problems(figures(doc)), f"{doc}: progress bars")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_no_machine_data_path(figures, doc):
-    _fail_if(fc.machine_path_problems(figures(doc)), f"{doc}: environment summary")
+    sc.fail_if(fc.machine_path_problems(figures(doc)), f"{doc}: environment summary")

@@ -28,9 +28,6 @@ CHAPTER = next((d for d in CHAPTERS if d.startswith("book/01_")), CHAPTERS[0] if
 SHOTS = lc.screenshot_docs(DOCS)  # {key: docname}
 
 
-def _fail_if(problems, what):
-    assert not problems, f"{what}:\n  " + "\n  ".join(problems)
-
 
 @pytest.fixture(scope="module")
 def layout(browser, site_url):
@@ -50,23 +47,23 @@ def layout(browser, site_url):
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_page_fits_a_phone(layout, doc):
-    _fail_if(lc.overflow_problems(layout(doc).phone), f"{doc}: wider than a phone")
+    sc.fail_if(lc.overflow_problems(layout(doc).phone), f"{doc}: wider than a phone")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_tables_fit_a_laptop(layout, doc):
-    _fail_if(lc.table_problems(layout(doc).laptop_tables), f"{doc}: tables on a 1366-px laptop")
+    sc.fail_if(lc.table_problems(layout(doc).laptop_tables), f"{doc}: tables on a 1366-px laptop")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_no_issue_numbers_in_the_text(layout, doc):
-    _fail_if(lc.issue_reference_problems(layout(doc).text), f"{doc}: tracker issues cited")
+    sc.fail_if(lc.issue_reference_problems(layout(doc).text), f"{doc}: tracker issues cited")
 
 
 def test_results_state_shared_context_once(layout):
     results = next((d for d in DOCS if d.endswith("/results")), None)
     assert results, "_toc.yml lists no results page"
-    _fail_if(lc.results_repetition_problems(layout(results).results), f"{results}: repeated on every row")
+    sc.fail_if(lc.results_repetition_problems(layout(results).results), f"{results}: repeated on every row")
 
 
 def test_screenshots_for_ci(layout):
@@ -78,21 +75,21 @@ def test_screenshots_for_ci(layout):
             path = lc.screenshot_path(kind, doc)
             if path not in written or not path.is_file() or path.stat().st_size < 5_000:
                 problems.append(f"{path}: missing or suspiciously small")
-    _fail_if(problems, "screenshots in _build/artifacts")
+    sc.fail_if(problems, "screenshots in _build/artifacts")
 
 
 @pytest.mark.parametrize("phone", [True, False], ids=["phone", "laptop"])
 def test_menu_button(browser, site_url, phone):
     paths = [sc.page_path(d) for d in lc.toc_chapter_docnames()]
-    _fail_if(lc.menu_problems(browser, site_url + sc.page_path(CHAPTER), paths, phone), "the menu button")
+    sc.fail_if(lc.menu_problems(browser, site_url + sc.page_path(CHAPTER), paths, phone), "the menu button")
 
 
 @pytest.mark.parametrize("phone", [True, False], ids=["phone", "laptop"])
 def test_page_contents_within_reach(browser, site_url, phone):
-    _fail_if(lc.contents_problems(browser, site_url + sc.page_path(CHAPTER), phone), "the page's contents")
+    sc.fail_if(lc.contents_problems(browser, site_url + sc.page_path(CHAPTER), phone), "the page's contents")
 
 
 @pytest.mark.parametrize("phone", [True, False], ids=["phone", "laptop"])
 def test_one_search_entry_point(browser, site_url, phone):
     shown = lc.search_entry_points(browser, site_url + sc.page_path(CHAPTER), phone)
-    _fail_if(lc.search_problems(shown, f"{CHAPTER} on a {'phone' if phone else 'laptop'}"), "search")
+    sc.fail_if(lc.search_problems(shown, f"{CHAPTER} on a {'phone' if phone else 'laptop'}"), "search")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from contextlib import contextmanager
 
 import pytest
 
@@ -47,26 +46,6 @@ def page(browser):
     context.close()
 
 
-@contextmanager
-def edited(copy, docname, edit):
-    """Apply `edit` (str -> str) to the copy of one page for the duration of the block."""
-    path = copy / sc.page_path(docname)
-    original = path.read_text(encoding="utf-8")
-    changed = edit(original)
-    assert changed != original, f"the edit did not change {path}"
-    path.write_text(changed, encoding="utf-8")
-    try:
-        yield
-    finally:
-        path.write_text(original, encoding="utf-8")
-
-
-def in_article(snippet):
-    """An edit that puts `snippet` right after the page's title, in the article."""
-    def edit(html):
-        at = html.index("</h1>", html.index('<article class="bd-article"')) + len("</h1>")
-        return html[:at] + snippet + html[at:]
-    return edit
 
 
 def measured(page, copy_url, docname):
@@ -91,14 +70,14 @@ def test_intact_copy_reports_nothing(page, copy_url):
 
 def test_wide_element_is_reported_and_named(page, copy, copy_url):
     snippet = f'<div class="too-wide" style="white-space: nowrap">{LONG}</div>'
-    with edited(copy, CHAPTER, in_article(snippet)):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = lc.overflow_problems(measured(page, copy_url, CHAPTER).phone)
     assert_reported(problems, "wide on a 390-px phone", 'div.too-wide "a_long_unbreakable_line_')
 
 
 def test_wide_code_block_scrolls_on_its_own(page, copy, copy_url):
     snippet = f'<div class="highlight"><pre>{LONG}</pre></div>'
-    with edited(copy, CHAPTER, in_article(snippet)):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = lc.overflow_problems(measured(page, copy_url, CHAPTER).phone)
     assert problems == []
 
@@ -112,7 +91,7 @@ WIDE_TABLE = ('<table class="table"><thead><tr><th>name</th><th>the last column<
     ('<div class="pst-scrollable-table-container">{}</div>', "hidden in its scroller"),
 ], ids=["no-scroller", "in-a-scroller"])
 def test_table_wider_than_its_column_is_reported(page, copy, copy_url, wrapper, expected):
-    with edited(copy, CHAPTER, in_article(wrapper.format(WIDE_TABLE))):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(wrapper.format(WIDE_TABLE))):
         problems = lc.table_problems(measured(page, copy_url, CHAPTER).laptop_tables)
     assert_reported(problems, expected, "the last column")
 
@@ -120,13 +99,13 @@ def test_table_wider_than_its_column_is_reported(page, copy, copy_url, wrapper, 
 def test_cut_off_cell_is_reported(page, copy, copy_url):
     table = WIDE_TABLE.replace('<td style="white-space: nowrap">',
                                '<td style="white-space: nowrap; max-width: 100px; overflow: hidden">')
-    with edited(copy, CHAPTER, in_article(table)):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(table)):
         problems = lc.table_problems(measured(page, copy_url, CHAPTER).laptop_tables)
     assert_reported(problems, "the content of a cell is cut off")
 
 
 def test_issue_reference_is_reported(page, copy, copy_url):
-    with edited(copy, CHAPTER, in_article("<p>The aim (issue 11) is met; see issues 7 and 22.</p>")):
+    with sc.edited_page(copy, CHAPTER, sc.in_article("<p>The aim (issue 11) is met; see issues 7 and 22.</p>")):
         problems = lc.issue_reference_problems(measured(page, copy_url, CHAPTER).text)
     assert_reported(problems, "'issue 11'", "'issues 7 and 22'")
 
@@ -138,7 +117,7 @@ def test_repeated_results_rows_are_reported(page, copy, copy_url):
         head, body = html[:table], html[table:]
         row = r'(<tr class="row-(?:odd|even)">(?:(?!</tr>).)*?class="book-setup"[^>]*>\s*<p>(?:(?!</tr>).)*?</tr>)'
         return head + re.sub(row, r"\1\1\1", body, flags=re.S)
-    with edited(copy, RESULTS, triple_rows):
+    with sc.edited_page(copy, RESULTS, triple_rows):
         problems = lc.results_repetition_problems(measured(page, copy_url, RESULTS).results)
     assert_reported(problems, "the same note on 3 consecutive rows")
 
@@ -152,7 +131,7 @@ def test_dead_menu_buttons_are_reported(browser, copy, copy_url):
                   '<button class="secondary-toggle" style="display: none"></button>')
         return html[:at] + hidden + html[at:]
     url = copy_url + sc.page_path(CHAPTER)
-    with edited(copy, CHAPTER, hidden_toggles_first):
+    with sc.edited_page(copy, CHAPTER, hidden_toggles_first):
         phone = lc.menu_problems(browser, url, PATHS, phone=True)
         laptop = lc.menu_problems(browser, url, PATHS, phone=False)
         contents = lc.contents_problems(browser, url, phone=True)
@@ -164,6 +143,6 @@ def test_dead_menu_buttons_are_reported(browser, copy, copy_url):
 def test_second_search_box_is_reported(browser, copy, copy_url):
     snippet = '<form class="bd-search"><input type="search" placeholder="Search"></form>'
     url = copy_url + sc.page_path(CHAPTER)
-    with edited(copy, CHAPTER, in_article(snippet)):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = lc.search_problems(lc.search_entry_points(browser, url, phone=False), "laptop")
     assert_reported(problems, "2 search entry points on the screen")

@@ -21,9 +21,6 @@ DOCS = sc.toc_docnames()
 CHAPTERS = sc.chapter_docnames()
 
 
-def _fail_if(problems, what):
-    assert not problems, f"{what}:\n  " + "\n  ".join(problems)
-
 
 def _page_problems(snap):
     return sc.math_problems(snap) + sc.image_problems(snap) + sc.error_problems(snap)
@@ -35,40 +32,40 @@ def test_toc_lists_chapters():
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_math_is_typeset(snapshot, doc):
-    _fail_if(sc.math_problems(snapshot(sc.page_path(doc))), f"{doc}: math not typeset")
+    sc.fail_if(sc.math_problems(snapshot(sc.page_path(doc))), f"{doc}: math not typeset")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_images_load(snapshot, doc):
-    _fail_if(sc.image_problems(snapshot(sc.page_path(doc))), f"{doc}: broken images")
+    sc.fail_if(sc.image_problems(snapshot(sc.page_path(doc))), f"{doc}: broken images")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_no_errors_in_console(snapshot, doc):
-    _fail_if(sc.error_problems(snapshot(sc.page_path(doc))), f"{doc}: errors while loading")
+    sc.fail_if(sc.error_problems(snapshot(sc.page_path(doc))), f"{doc}: errors while loading")
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_download_button_offers_source(snapshot, site, doc):
     snap = snapshot(sc.page_path(doc))
-    _fail_if(sc.download_problems(snap, doc, sc.source_suffix(doc), site), f"{doc}: download button")
+    sc.fail_if(sc.download_problems(snap, doc, sc.source_suffix(doc), site), f"{doc}: download button")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_colab_link(snapshot, config, doc):
-    _fail_if(sc.colab_problems(snapshot(sc.page_path(doc)), doc, config), f"{doc}: Colab link")
+    sc.fail_if(sc.colab_problems(snapshot(sc.page_path(doc)), doc, config), f"{doc}: Colab link")
 
 
 def test_navigation_reaches_every_toc_entry(snapshot, site_url):
     nav = sc.sidebar_pages(snapshot(sc.page_path(DOCS[0])), site_url)
-    _fail_if(sc.navigation_problems(nav, DOCS), "left navigation of the root page")
+    sc.fail_if(sc.navigation_problems(nav, DOCS), "left navigation of the root page")
 
 
 def test_other_pages_in_navigation(snapshot, site_url):
     """Pages the navigation links to that _toc.yml does not list get the same page checks."""
     nav = sc.sidebar_pages(snapshot(sc.page_path(DOCS[0])), site_url)
     others = sorted(nav - {sc.page_path(d) for d in DOCS})
-    _fail_if([f"{p}: {problem}" for p in others for problem in _page_problems(snapshot(p))],
+    sc.fail_if([f"{p}: {problem}" for p in others for problem in _page_problems(snapshot(p))],
              "pages linked from the navigation but not in _toc.yml")
 
 
@@ -79,9 +76,9 @@ def test_index_leads_to_root_page(snapshot, site_url):
 
 def test_internal_links_resolve(site):
     problems, crawled = sc.link_problems(site)
-    _fail_if(problems, "dangling internal links")
+    sc.fail_if(problems, "dangling internal links")
     unreached = [sc.page_path(d) for d in DOCS if sc.page_path(d) not in crawled]
-    _fail_if(unreached, "pages of _toc.yml that no link reaches from index.html")
+    sc.fail_if(unreached, "pages of _toc.yml that no link reaches from index.html")
 
 
 def test_chapter1_screenshot(browser, site_url):
@@ -91,4 +88,4 @@ def test_chapter1_screenshot(browser, site_url):
     path.unlink(missing_ok=True)
     snap = sc.visit(browser, site_url + sc.page_path(chapter1), screenshot=path)
     assert path.stat().st_size > 10_000, f"{path} is suspiciously small"
-    _fail_if(_page_problems(snap), f"{chapter1} while taking the screenshot")
+    sc.fail_if(_page_problems(snap), f"{chapter1} while taking the screenshot")

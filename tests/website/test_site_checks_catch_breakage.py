@@ -9,7 +9,6 @@ pages must give no problem at all.
 from __future__ import annotations
 
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,26 +36,6 @@ def copy_url(copy):
         yield url
 
 
-@contextmanager
-def edited(copy, docname, edit):
-    """Apply `edit` (str -> str) to the copy of one page for the duration of the block."""
-    path = copy / sc.page_path(docname)
-    original = path.read_text(encoding="utf-8")
-    changed = edit(original)
-    assert changed != original, f"the edit did not change {path}"
-    path.write_text(changed, encoding="utf-8")
-    try:
-        yield
-    finally:
-        path.write_text(original, encoding="utf-8")
-
-
-def in_article(snippet):
-    """An edit that puts `snippet` right after the page's title, in the article."""
-    def edit(html):
-        at = html.index("</h1>", html.index('<article class="bd-article"')) + len("</h1>")
-        return html[:at] + snippet + html[at:]
-    return edit
 
 
 def replace(old, new):
@@ -97,13 +76,13 @@ def test_intact_copy_reports_nothing(browser, copy, copy_url, config):
     ("<p>" + MATH.format(r"\(\nosuchmacro{x} + 1\)") + "</p>", r"undefined TeX macro '\\nosuchmacro'"),
 ], ids=["raw-dollars", "unbalanced-brace", "syntax-error", "undefined-macro"])
 def test_broken_math_is_reported(browser, copy, copy_url, config, snippet, expected):
-    with edited(copy, CHAPTER, in_article(snippet)):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = chapter_problems(browser, copy, copy_url, config)
     assert_reported(problems["math"], expected)
 
 
 def test_missing_image_is_reported(browser, copy, copy_url, config):
-    with edited(copy, CHAPTER, in_article('<p><img src="nope.png" alt="missing"></p>')):
+    with sc.edited_page(copy, CHAPTER, sc.in_article('<p><img src="nope.png" alt="missing"></p>')):
         problems = chapter_problems(browser, copy, copy_url, config)
         links = sc.link_problems(copy)[0]
     assert_reported(problems["images"], "image did not load: nope.png")
@@ -120,7 +99,7 @@ def test_broken_colab_link_is_reported(browser, copy, copy_url, config, broken):
         "wrong-repo": good.replace("/github/", "/github/someone-else-"),
         "no-link": "https://example.invalid/",
     }[broken]
-    with edited(copy, CHAPTER, replace(good, bad)):
+    with sc.edited_page(copy, CHAPTER, replace(good, bad)):
         problems = chapter_problems(browser, copy, copy_url, config)["colab"]
     assert_reported(problems, "no Colab link" if broken == "no-link" else f"Colab link {bad} should be {good}")
 
@@ -132,7 +111,7 @@ def test_broken_colab_link_is_reported(browser, copy, copy_url, config, broken):
     ("../_static/no_such_script.js", "_static/no_such_script.js does not exist"),
 ], ids=["page", "anchor-here", "anchor-elsewhere", "asset"])
 def test_dangling_internal_link_is_reported(copy, href, expected):
-    with edited(copy, CHAPTER, in_article(f'<p><a href="{href}">dangling</a></p>')):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(f'<p><a href="{href}">dangling</a></p>')):
         problems = sc.link_problems(copy)[0]
     assert_reported(problems, expected)
 
@@ -140,7 +119,7 @@ def test_dangling_internal_link_is_reported(copy, href, expected):
 def test_console_error_and_outside_request_are_reported(browser, copy, copy_url, config):
     snippet = ('<script>console.error("boom from a test")</script><script>noSuchFunction()</script>'
                '<img src="https://example.org/needed.png" alt="from outside">')
-    with edited(copy, CHAPTER, in_article(snippet)):
+    with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = chapter_problems(browser, copy, copy_url, config)
     assert_reported(problems["errors"], "console.error: boom from a test")
     assert_reported(problems["errors"], "page error: noSuchFunction is not defined")
@@ -149,7 +128,7 @@ def test_console_error_and_outside_request_are_reported(browser, copy, copy_url,
 
 
 def test_missing_download_button_is_reported(browser, copy, copy_url, config):
-    with edited(copy, CHAPTER, replace("btn-download-source-button", "btn-something-else")):
+    with sc.edited_page(copy, CHAPTER, replace("btn-download-source-button", "btn-something-else")):
         problems = chapter_problems(browser, copy, copy_url, config)["download"]
     assert_reported(problems, "no download button")
 
@@ -157,7 +136,7 @@ def test_missing_download_button_is_reported(browser, copy, copy_url, config):
 def test_navigation_missing_a_chapter_is_reported(browser, copy, copy_url):
     # The root page's sidebar stops linking to chapter 1 (each link to it now points to "#").
     target = Path(sc.page_path(CHAPTER)).relative_to(Path(ROOT).parent).as_posix()
-    with edited(copy, ROOT, replace(f'href="{target}"', 'href="#"')):
+    with sc.edited_page(copy, ROOT, replace(f'href="{target}"', 'href="#"')):
         root = sc.visit(browser, copy_url + sc.page_path(ROOT))
     problems = sc.navigation_problems(sc.sidebar_pages(root, copy_url), DOCS)
     assert problems == [f"the left navigation has no link to {sc.page_path(CHAPTER)} (listed in _toc.yml)"]

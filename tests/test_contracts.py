@@ -72,12 +72,49 @@ def test_the_models_declare_the_interfaces_decoding_dispatches_on():
     rnn = RNNSeq2Seq(RNNSeq2SeqConfig(20, 20, d_embedding=8, d_hidden=8))
     gpt = GPT(GPTConfig(vocab_size=20, context=8, d_model=8, n_heads=2, n_layers=1))
     bert = BERT(BERTConfig(20, max_len=16, d_model=8, n_heads=2, d_ff=16, n_layers=1))
-    assert isinstance(transformer, contracts.EncoderDecoder) and isinstance(rnn, contracts.EncoderDecoder)
-    assert isinstance(gpt, contracts.CachedLanguageModel) and not isinstance(gpt, contracts.EncoderDecoder)
-    assert not isinstance(bert, contracts.EncoderDecoder) and not isinstance(bert, contracts.CachedLanguageModel)
+    conforms = contracts.conforms
+    assert conforms(transformer, contracts.EncoderDecoder) and conforms(rnn, contracts.EncoderDecoder)
+    assert conforms(gpt, contracts.CachedLanguageModel) and not conforms(gpt, contracts.EncoderDecoder)
+    assert not conforms(bert, contracts.EncoderDecoder) and not conforms(bert, contracts.CachedLanguageModel)
     tokenizer = WordPieceTokenizer.train(["a small text to learn from"] * 3, vocab_size=40)
-    assert isinstance(tokenizer, contracts.Tokenizer) and issubclass(SubwordTokenizer, contracts.Tokenizer)
-    assert not isinstance("a str", contracts.Tokenizer)
+    assert conforms(tokenizer, contracts.Tokenizer) and issubclass(SubwordTokenizer, contracts.Tokenizer)
+    assert not conforms("a str", contracts.Tokenizer)
+
+
+def test_a_method_held_as_a_submodule_conforms_whatever_the_python_version():
+    """The Transformer's ``output`` is an ``nn.Linear``, which ``nn.Module`` keeps in ``_modules``
+    and returns from ``__getattr__``. From Python 3.12, ``isinstance`` on a runtime-checkable
+    protocol looks members up statically and misses it: every decoder of the book then refused
+    the Transformer ("not an encoder-decoder") on Python 3.12, as on Colab. ``conforms`` finds
+    members as a call does."""
+    from torch import nn
+
+    class Seq2Seq(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.output = nn.Linear(2, 3)        # a method of the protocol, held as a submodule
+
+        def encode(self, src):
+            return src, None
+
+        def decode(self, tgt_in, memory, src_mask):
+            return tgt_in
+
+        def decode_step(self, tokens, memory, src_mask, cache):
+            return tokens, cache
+
+    model = Seq2Seq()
+    assert "output" not in vars(Seq2Seq) and "output" not in vars(model)   # found only through __getattr__
+    assert contracts.conforms(model, contracts.EncoderDecoder)
+    del model.output
+    assert not contracts.conforms(model, contracts.EncoderDecoder)
+    model.output = 3                                                        # there, but not callable
+    assert not contracts.conforms(model, contracts.EncoderDecoder)
+
+
+def test_conforms_names_a_bad_protocol():
+    with pytest.raises(TypeError, match="protocol must be a typing.Protocol class"):
+        contracts.conforms(object(), int)
 
 
 @pytest.mark.parametrize("call, message", [

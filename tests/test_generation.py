@@ -189,14 +189,14 @@ class TransformerStub(torch.nn.Module):
 def test_decoding_dispatches_on_the_declared_interfaces():
     """An encoder alone is no encoder-decoder: BERT has encode() but no decoder, and used to be
     taken for one (hasattr(model, "encode")); a model without decode_step cannot use the cache."""
-    from transformer_book.contracts import EncoderDecoder, LanguageModel
+    from transformer_book.contracts import EncoderDecoder, LanguageModel, conforms
     from transformer_book.models import BERT, BERTConfig
 
     bert = BERT(BERTConfig(vocab_size=20, max_len=16, d_model=8, n_heads=2, d_ff=16, n_layers=1))
-    assert not isinstance(bert, EncoderDecoder) and isinstance(TransformerStub(), EncoderDecoder)
+    assert not conforms(bert, EncoderDecoder) and conforms(TransformerStub(), EncoderDecoder)
     with pytest.raises(TypeError, match="neither an encoder-decoder"):
         generate(bert, src=torch.tensor([[3, 4]]), max_new_tokens=2)
-    assert isinstance(ScriptedLM(), LanguageModel)
+    assert conforms(ScriptedLM(), LanguageModel)
     with pytest.raises(TypeError, match="with decode_step for use_cache=True"):
         generate(ScriptedLM(), prompt=torch.tensor([[2]]), max_new_tokens=2, use_cache=True)
 

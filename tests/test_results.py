@@ -288,6 +288,24 @@ def test_every_committed_result_is_still_recorded_by_its_chapter():
         )
 
 
+def test_the_gpu_results_come_from_the_gpu_script_and_sit_beside_the_cpu_ones():
+    """``book/results/cuda`` holds what ``benchmarks/gpu_recipes.py`` measured on a GPU: every
+    entry was computed on CUDA in the full profile, names a chapter of the book, is a metric the
+    script still records, and, where the chapter records the same metric on its CPU run, keeps
+    the same direction and unit so that the Results page can set the two side by side."""
+    gpu = load_results(RESULTS_DIR / "cuda")
+    assert gpu, "book/results/cuda holds no results: run benchmarks/gpu_recipes.py on a GPU"
+    script = (ROOT / "benchmarks" / "gpu_recipes.py").read_text(encoding="utf-8")
+    cpu = {(e["chapter"], e["metric"]): e for e in load_results(RESULTS_DIR)}
+    for entry in gpu:
+        assert entry["device"].startswith("cuda") and entry["profile"] == "full", entry
+        assert (ROOT / "book" / f"{entry['chapter']}.ipynb").exists(), entry["chapter"]
+        assert json.dumps(entry["metric"]) in script, f"{entry['metric']!r} is no longer recorded by gpu_recipes.py"
+        twin = cpu.get((entry["chapter"], entry["metric"]))
+        if twin is not None:
+            assert (twin["unit"], twin["higher_is_better"]) == (entry["unit"], entry["higher_is_better"]), entry
+
+
 def test_a_metric_made_by_an_f_string_is_recognised_and_a_stale_one_is_not(tmp_path):
     cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
             "source": ["%matplotlib inline\n", "for label in ('a', 'b'):\n",

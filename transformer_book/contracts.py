@@ -5,7 +5,8 @@
 * the batch types that the data modules build and the models' losses read
   (:class:`Seq2SeqBatch`, :class:`PretrainingBatch`, :class:`FineTuningBatch`, :class:`InContextBatch`);
 * the interfaces that decoding and checkpoints dispatch on, as :class:`typing.Protocol` s:
-  a :class:`Tokenizer`, an :class:`EncoderDecoder` and a :class:`LanguageModel`.
+  a :class:`Tokenizer`, an :class:`EncoderDecoder` and a :class:`LanguageModel`, and
+  :func:`conforms`, the check of an object against one of them.
 
 The data modules re-export what they build (``data.Seq2SeqBatch`` and the rest keep working).
 """
@@ -22,7 +23,7 @@ from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
 from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
 
 __all__ = ["IGNORE_INDEX", "pad_sequences", "Seq2SeqBatch", "PretrainingBatch", "FineTuningBatch", "InContextBatch",
-           "Tokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel"]
+           "Tokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel", "conforms"]
 
 IGNORE_INDEX = -100
 """The target id that every loss of the package skips (PyTorch's ``cross_entropy`` default):
@@ -169,3 +170,30 @@ class CachedLanguageModel(LanguageModel, Protocol):
     ``decode_step(new_ids (B, k), cache) -> (logits (B, k, V), cache)``."""
 
     def decode_step(self, ids: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]: ...
+
+
+def conforms(obj: object, protocol: type) -> bool:
+    """Whether ``obj`` has every method of ``protocol`` (one of this module's interfaces), each
+    looked up as a call would find it.
+
+    Use this, not ``isinstance(obj, protocol)``: from Python 3.12 ``isinstance`` looks a
+    protocol's members up statically, in the classes' and the instance's dictionaries only, and
+    so misses a method that is a submodule of a :class:`torch.nn.Module` (the Transformer's
+    ``output`` is an ``nn.Linear``, held in the module's ``_modules``).
+
+    Raises:
+        TypeError: ``protocol`` is not a :class:`typing.Protocol` class.
+    """
+    if not isinstance(protocol, type) or not getattr(protocol, "_is_protocol", False):
+        raise TypeError(f"conforms: protocol must be a typing.Protocol class, got {protocol!r}")
+    return all(callable(getattr(obj, name, None)) for name in _protocol_methods(protocol))
+
+
+def _protocol_methods(protocol: type) -> set[str]:
+    # The names a protocol and its protocol bases define: their methods, and __call__ / __len__.
+    names: set[str] = set()
+    for base in protocol.__mro__:
+        if base is Protocol or not getattr(base, "_is_protocol", False):
+            continue
+        names |= {name for name in vars(base) if not name.startswith("_") or name in ("__call__", "__len__")}
+    return names

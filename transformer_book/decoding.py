@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from transformer_book import checks
-from transformer_book.contracts import CachedLanguageModel, EncoderDecoder, LanguageModel, pad_sequences
+from transformer_book.contracts import CachedLanguageModel, EncoderDecoder, LanguageModel, conforms, pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = ["greedy_decode", "translate", "filter_top_k", "filter_top_p", "next_token_distribution", "generate",
@@ -58,7 +58,7 @@ def _max_len(model: nn.Module) -> int | None:
 def _check_greedy(where: str, model: nn.Module, src: torch.Tensor, max_new_tokens: int) -> None:
     """An encoder-decoder, a ``(B, m)`` integer ``src`` and a positive ``max_new_tokens`` within
     the model's ``max_len``."""
-    if not isinstance(model, EncoderDecoder):
+    if not conforms(model, EncoderDecoder):
         raise TypeError(f"{where}: {type(model).__name__} is not an encoder-decoder (encode, decode, decode_step, "
                         "output; transformer_book.contracts.EncoderDecoder)")
     _check_src(src, where)
@@ -285,8 +285,8 @@ class _Session:
     def __init__(self, model: nn.Module, *, src: torch.Tensor | None, prompt: torch.Tensor | None,
                  sos_id: int, use_cache: bool, max_new_tokens: int, where: str) -> None:
         self.model, self.use_cache = model, use_cache
-        self.seq2seq = isinstance(model, EncoderDecoder)
-        if not self.seq2seq and not isinstance(model, CachedLanguageModel if use_cache else LanguageModel):
+        self.seq2seq = conforms(model, EncoderDecoder)
+        if not self.seq2seq and not conforms(model, CachedLanguageModel if use_cache else LanguageModel):
             raise TypeError(f"decoding: {type(model).__name__} is neither an encoder-decoder (encode, decode, "
                             "decode_step, output) nor a language model (callable on ids"
                             f"{', with decode_step for use_cache=True' if use_cache else ''}); see "

@@ -7,6 +7,8 @@ with `jupyter-book build . -W -n --keep-going`. Chromium is $TB_CHROMIUM, /usr/b
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from playwright.sync_api import sync_playwright
 
@@ -52,11 +54,4 @@ def config():
 @pytest.fixture(scope="session")
 def snapshot(browser, site_url):
     """snapshot("book/01_attention.html") -> PageSnapshot; each page is loaded once a session."""
-    cache: dict[str, site_checks.PageSnapshot] = {}
-
-    def get(path: str) -> site_checks.PageSnapshot:
-        if path not in cache:
-            cache[path] = site_checks.visit(browser, site_url + path)
-        return cache[path]
-
-    return get
+    return functools.cache(lambda path: site_checks.visit(browser, site_url + path))

@@ -18,6 +18,8 @@ Every page is loaded once, in one browser context.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 import content_checks as cc
@@ -39,14 +41,7 @@ def context(browser):
 @pytest.fixture(scope="module")
 def content(context, site_url):
     """content("book/02_masks") -> ContentSnapshot; each page is loaded once a module."""
-    cache: dict[str, cc.ContentSnapshot] = {}
-
-    def get(doc: str) -> cc.ContentSnapshot:
-        if doc not in cache:
-            cache[doc] = cc.visit_content(context, site_url + sc.page_path(doc))
-        return cache[doc]
-
-    return get
+    return functools.cache(lambda doc: cc.visit_content(context, site_url + sc.page_path(doc)))
 
 
 @pytest.mark.parametrize("doc", DOCS)

@@ -17,6 +17,7 @@ full profile and removing it from the list puts it under every check below.
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -54,14 +55,8 @@ def context(browser):
 
 @pytest.fixture(scope="module")
 def figures(context, site_url):
-    cache: dict[str, fc.FigureSnapshot] = {}
-
-    def get(doc: str) -> fc.FigureSnapshot:
-        if doc not in cache:
-            cache[doc] = fc.visit_figures(context, site_url + sc.page_path(doc))
-        return cache[doc]
-
-    return get
+    """figures("book/02_masks") -> FigureSnapshot; each page is loaded once a module."""
+    return functools.cache(lambda doc: fc.visit_figures(context, site_url + sc.page_path(doc)))
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)

@@ -17,6 +17,8 @@ _build/artifacts/laptop/ for CI (test_site.py keeps the full-page chapter1.png).
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 import layout_checks as lc
@@ -34,14 +36,8 @@ def layout(browser, site_url):
     """layout(docname) -> PageLayout; each page is loaded once, in one browser page."""
     context = lc.new_context(browser, lc.PHONE)
     page = context.new_page()
-    cache: dict[str, lc.PageLayout] = {}
-
-    def get(doc: str) -> lc.PageLayout:
-        if doc not in cache:
-            cache[doc] = lc.measure(page, site_url + sc.page_path(doc), doc, screenshots=doc in SHOTS.values())
-        return cache[doc]
-
-    yield get
+    yield functools.cache(lambda doc: lc.measure(page, site_url + sc.page_path(doc), doc,
+                                                 screenshots=doc in SHOTS.values()))
     context.close()
 
 

@@ -219,3 +219,92 @@ def test_panels_puts_at_most_two_side_by_side(n, shape):
 def test_panels_rejects_a_count_that_is_not_a_positive_integer(bad):
     with pytest.raises(ValueError, match="panels: n must be a positive integer"):
         panels(bad)
+
+
+# ----------------------------------------------------------------------------- labelled points
+
+from transformer_book.plotting import label_points  # noqa: E402
+
+
+def _boxes(annotations):
+    """The labels' text boxes in pixels (an Annotation's own extent would include its leader line)."""
+    from matplotlib.text import Text
+
+    renderer = annotations[0].figure.canvas.get_renderer()
+    return [Text.get_window_extent(a, renderer) for a in annotations]
+
+
+def _a_tight_cluster_beside_a_legend():
+    """Eight points within a few pixels of each other (as months in a word-vector plot) and a legend."""
+    fig, (ax,) = panels(1)
+    rng = np.random.default_rng(0)
+    cluster = np.array([0.2, 0.7]) + rng.normal(0.0, 0.005, size=(8, 2))
+    ax.scatter(cluster[:, 0], cluster[:, 1], label="months")
+    ax.scatter([0.9], [0.1], label="an isolated point")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.legend(loc="upper right")
+    words = ["january", "march", "april", "june", "august", "october", "december", "may"]
+    return fig, ax, np.vstack([cluster, [[0.9, 0.1]]]), words + ["alone"]
+
+
+def test_label_points_never_overlaps_two_labels_in_a_tight_cluster():
+    fig, ax, xy, words = _a_tight_cluster_beside_a_legend()
+    annotations = label_points(ax, xy, words)
+    fig.draw_without_rendering()
+    boxes = _boxes(annotations)
+    assert [a.get_text() for a in annotations] == words
+    for i in range(len(boxes)):
+        for j in range(i):
+            assert not boxes[i].overlaps(boxes[j]), f"{words[i]!r} overlaps {words[j]!r}"
+
+
+def test_label_points_keeps_labels_inside_the_axes_and_off_the_legend():
+    fig, ax, xy, words = _a_tight_cluster_beside_a_legend()
+    annotations = label_points(ax, xy, words)
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    frame, legend = ax.get_window_extent(renderer), ax.get_legend().get_window_extent(renderer)
+    for word, box in zip(words, _boxes(annotations)):
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, word
+        assert not box.overlaps(legend), word
+        assert min(a.get_fontsize() for a in annotations) >= MIN_FONT_PT
+
+
+def test_label_points_joins_moved_labels_to_their_points_and_leaves_the_isolated_one_beside_its_own():
+    fig, ax, xy, words = _a_tight_cluster_beside_a_legend()
+    colours = ["C0"] * 8 + ["C1"]
+    annotations = label_points(ax, xy, words, colours=colours)
+    alone = annotations[-1]
+    assert alone.arrow_patch is None                     # free space at the first ring: no leader line
+    assert np.hypot(*alone.xyann) <= 2.0 + 1e-9
+    moved = [a for a in annotations[:-1] if a.arrow_patch is not None]
+    assert moved, "eight labels cannot all sit on the first ring of a cluster a few pixels wide"
+    for a in moved:
+        assert np.hypot(*a.xyann) > 2.0                  # further out, and joined by a line in the point's colour
+        assert matplotlib.colors.same_color(a.arrow_patch.get_edgecolor(), "C0")
+    for a, point in zip(annotations, xy):
+        assert a.xy == pytest.approx(tuple(point))       # each label still points at its own point
+
+
+@pytest.mark.parametrize("xy, labels, match", [
+    (np.zeros((3, 3)), ["a", "b", "c"], r"shape \(n, 2\)"),
+    (np.array([[0.0, np.nan]]), ["a"], "NaN or infinite"),
+    (np.zeros((2, 2)), ["a"], "1 labels for 2 points"),
+])
+def test_label_points_rejects_bad_input(xy, labels, match):
+    _, (ax,) = panels(1)
+    with pytest.raises(ValueError, match=match):
+        label_points(ax, xy, labels)
+
+
+@pytest.mark.parametrize("radii", [(), (0.0, 5.0), (8.0, 2.0)])
+def test_label_points_rejects_rings_that_are_not_positive_and_increasing(radii):
+    _, (ax,) = panels(1)
+    with pytest.raises(ValueError, match="radii_pt must be positive and increasing"):
+        label_points(ax, np.zeros((1, 2)), ["a"], radii_pt=radii)
+
+
+def test_label_points_rejects_a_colour_count_that_does_not_match():
+    _, (ax,) = panels(1)
+    with pytest.raises(ValueError, match="1 colours for 2 points"):
+        label_points(ax, np.zeros((2, 2)), ["a", "b"], colours=["C0"])

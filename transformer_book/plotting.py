@@ -12,8 +12,10 @@ import torch
 if TYPE_CHECKING:  # matplotlib is imported lazily: importing the package stays light
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
 
-__all__ = ["BOOK_COLOURS", "MIN_FONT_PT", "BOOK_WIDTH_IN", "use_book_style", "panels", "heatmap", "attention_heatmap"]
+__all__ = ["BOOK_COLOURS", "MIN_FONT_PT", "BOOK_WIDTH_IN", "use_book_style", "panels", "label_points", "heatmap",
+           "attention_heatmap"]
 
 # Okabe and Ito's eight colours, told apart with each common colour-vision deficiency; their yellow,
 # faint on white, comes last, for an eighth line.
@@ -87,6 +89,131 @@ def panels(n: int, *, max_columns: int = 2, panel_height: float = 3.2, width: fl
     for extra in axes[n:]:
         extra.remove()
     return fig, axes[:n]
+
+
+# The eight directions a label may take from its point, the first preferred: right and up, as
+# matplotlib's own annotations sit, then round the compass.
+_LABEL_DIRECTIONS = ((1, 1), (1, 0), (1, -1), (0, 1), (0, -1), (-1, 1), (-1, 0), (-1, -1))
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Area shared by the boxes ``a`` and ``b``, each ``(x0, y0, x1, y1)`` in pixels."""
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    return max(width, 0.0) * max(height, 0.0)
+
+
+def label_points(
+    ax: "Axes",
+    xy: np.ndarray | Sequence[Sequence[float]],
+    labels: Sequence[str],
+    *,
+    colours: Sequence[Any] | None = None,
+    fontsize: float = MIN_FONT_PT,
+    radii_pt: Sequence[float] = (2.0, 8.0, 15.0, 24.0, 35.0),
+    marker_pt: float = 3.0,
+) -> "list[Annotation]":
+    """Write ``labels[i]`` beside the point ``xy[i]`` of a scatter plot without two labels overlapping.
+
+    Each label is tried in eight directions around its point, nearest ring first (``radii_pt``, in
+    points), and takes the first place whose box overlaps no label placed before it, no point (a
+    square of ``marker_pt`` around each), no legend, and stays inside the axes. Where no place is
+    free, it takes the one of least overlap. A label set further out than the first ring is joined
+    to its point by a thin line of its colour. Points in a tight cluster thus get their labels
+    fanned out around the cluster instead of printed over each other.
+
+    Call it last, after the axes' limits, legends, titles and the figure's layout are final: the
+    places are computed in pixels from the figure as it then stands. The labels themselves are
+    left out of the layout.
+
+    Args:
+        ax: the axes holding the points.
+        xy: data coordinates, shape ``(n, 2)``.
+        labels: ``n`` strings.
+        colours: ``n`` colours for the leader lines (default: black).
+
+    Returns:
+        The ``n`` annotations, in the order of ``labels``.
+
+    Raises:
+        ValueError: if ``xy`` is not of shape ``(n, 2)`` or not finite, the counts differ, or
+            ``radii_pt`` is empty, not positive or not increasing.
+    """
+    points = np.asarray(xy, dtype=float)
+    if points.ndim != 2 or points.shape[1] != 2:
+        raise ValueError(f"label_points: xy must have shape (n, 2), got {points.shape}")
+    if not np.isfinite(points).all():
+        raise ValueError("label_points: xy has a NaN or infinite coordinate")
+    if len(labels) != len(points):
+        raise ValueError(f"label_points: {len(labels)} labels for {len(points)} points")
+    if colours is not None and len(colours) != len(points):
+        raise ValueError(f"label_points: {len(colours)} colours for {len(points)} points")
+    if not radii_pt or any(not r > 0 for r in radii_pt) or list(radii_pt) != sorted(radii_pt):
+        raise ValueError(f"label_points: radii_pt must be positive and increasing, got {tuple(radii_pt)}")
+    figure = ax.figure
+    figure.draw_without_rendering()  # settle the layout, so that pixels below are final
+    renderer = figure.canvas.get_renderer()
+    px_per_pt = figure.dpi / 72.0
+    frame = ax.get_window_extent(renderer)
+    centres = ax.transData.transform(points)  # (n, 2) in pixels
+    half = marker_pt * px_per_pt
+    gap = px_per_pt  # one point of white space kept around every label
+    cluster_px = 2 * radii_pt[min(1, len(radii_pt) - 1)] * px_per_pt  # neighbours nearer than two rings
+    obstacles = [np.array([x - half, y - half, x + half, y + half]) for x, y in centres]
+    legend = ax.get_legend()
+    if legend is not None:
+        obstacles.append(np.array(legend.get_window_extent(renderer).extents))
+    annotations = []
+    for i, (text, (x, y)) in enumerate(zip(labels, centres)):
+        probe = ax.text(0, 0, text, fontsize=fontsize)
+        extent = probe.get_window_extent(renderer)
+        probe.remove()
+        width, height = extent.width + 2 * gap, extent.height + 2 * gap
+        # Inside a cluster, the directions pointing away from the neighbours' mean come first, so
+        # that labels fan outwards and their leader lines do not cross the cluster.
+        near = np.linalg.norm(centres - centres[i], axis=1) < cluster_px
+        outward = centres[i] - centres[near].mean(axis=0)
+        directions = sorted(_LABEL_DIRECTIONS, key=lambda u: -float(np.dot(u, outward) / np.hypot(*u)))
+        best = None
+        for radius in radii_pt:
+            for ux, uy in directions:
+                scale = radius * px_per_pt / (np.sqrt(2.0) if ux and uy else 1.0)
+                ax_, ay_ = x + ux * scale, y + uy * scale  # the anchor of the label's box
+                x0 = ax_ - (width if ux < 0 else width / 2 if ux == 0 else 0.0)
+                y0 = ay_ - (height if uy < 0 else height / 2 if uy == 0 else 0.0)
+                box = np.array([x0, y0, x0 + width, y0 + height])
+                if box[0] < frame.x0 or box[2] > frame.x1 or box[1] < frame.y0 or box[3] > frame.y1:
+                    continue
+                covered = sum(_overlap(box, other) for k, other in enumerate(obstacles) if k != i)
+                crossed = 0  # labels placed before that this one's leader line would cross
+                if radius > radii_pt[0]:
+                    along = np.linspace(0.0, 1.0, 12)[1:-1, None]
+                    line = np.array([x, y]) + along * (np.array([ax_, ay_]) - np.array([x, y]))
+                    for other in obstacles[len(centres):]:
+                        crossed += int(((line[:, 0] > other[0]) & (line[:, 0] < other[2])
+                                        & (line[:, 1] > other[1]) & (line[:, 1] < other[3])).any())
+                cost = (covered, crossed)  # covering anything is worse than crossing a label
+                if best is None or cost < best[0]:
+                    best = (cost, radius, ux, uy, box)
+                if cost == (0.0, 0):
+                    break
+            if best is not None and best[0] == (0.0, 0):
+                break
+        if best is None:  # no place inside the axes at all: the preferred one
+            best = ((0.0, 0), radii_pt[0], 1, 1, None)
+        _, radius, ux, uy, box = best
+        scale = radius / (np.sqrt(2.0) if ux and uy else 1.0)
+        colour = "black" if colours is None else colours[i]
+        leader = dict(arrowstyle="-", color=colour, linewidth=0.6, shrinkA=0, shrinkB=2) if radius > radii_pt[0] else None
+        annotation = ax.annotate(
+            text, points[i], xytext=(ux * scale, uy * scale), textcoords="offset points", fontsize=fontsize,
+            ha="left" if ux > 0 else "right" if ux < 0 else "center",
+            va="bottom" if uy > 0 else "top" if uy < 0 else "center", arrowprops=leader)
+        annotation.set_in_layout(False)
+        annotations.append(annotation)
+        if box is not None:
+            obstacles.append(box)
+    return annotations
 
 
 def heatmap(

@@ -258,6 +258,18 @@ def test_label_points_never_overlaps_two_labels_in_a_tight_cluster():
             assert not boxes[i].overlaps(boxes[j]), f"{words[i]!r} overlaps {words[j]!r}"
 
 
+def test_label_points_keeps_each_label_off_its_own_marker():
+    fig, (ax,) = panels(1)
+    ax.scatter([0.5], [0.5], s=36)                       # a marker of radius 3 pt, the default marker_pt
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    (annotation,) = label_points(ax, [[0.5, 0.5]], ["a label"])
+    fig.draw_without_rendering()
+    (box,) = _boxes([annotation])
+    x, y = ax.transData.transform((0.5, 0.5))
+    radius = 3.0 * fig.dpi / 72
+    assert box.x0 >= x + radius - 1e-6 or box.x1 <= x - radius + 1e-6 or box.y0 >= y + radius - 1e-6 or box.y1 <= y - radius + 1e-6
+
+
 def test_label_points_keeps_labels_inside_the_axes_and_off_the_legend():
     fig, ax, xy, words = _a_tight_cluster_beside_a_legend()
     annotations = label_points(ax, xy, words)
@@ -275,12 +287,13 @@ def test_label_points_joins_moved_labels_to_their_points_and_leaves_the_isolated
     colours = ["C0"] * 8 + ["C1"]
     annotations = label_points(ax, xy, words, colours=colours)
     alone = annotations[-1]
+    first_ring = 3.0 + 2.0                               # the marker's radius and the first ring beyond it
     assert alone.arrow_patch is None                     # free space at the first ring: no leader line
-    assert np.hypot(*alone.xyann) <= 2.0 + 1e-9
+    assert np.hypot(*alone.xyann) == pytest.approx(first_ring)
     moved = [a for a in annotations[:-1] if a.arrow_patch is not None]
     assert moved, "eight labels cannot all sit on the first ring of a cluster a few pixels wide"
     for a in moved:
-        assert np.hypot(*a.xyann) > 2.0                  # further out, and joined by a line in the point's colour
+        assert np.hypot(*a.xyann) > first_ring           # further out, and joined by a line in the point's colour
         assert matplotlib.colors.same_color(a.arrow_patch.get_edgecolor(), "C0")
     for a, point in zip(annotations, xy):
         assert a.xy == pytest.approx(tuple(point))       # each label still points at its own point

@@ -116,8 +116,9 @@ def label_points(
     """Write ``labels[i]`` beside the point ``xy[i]`` of a scatter plot without two labels overlapping.
 
     Each label is tried in eight directions around its point, nearest ring first (``radii_pt``, in
-    points), and takes the first place whose box overlaps no label placed before it, no point (a
-    square of ``marker_pt`` around each), no legend, and stays inside the axes. Where no place is
+    points beyond the edge of the marker, whose radius is ``marker_pt``), and takes the first place
+    whose box overlaps no label placed before it, no other point (a square of ``marker_pt`` around
+    each), no legend, and stays inside the axes. Where no place is
     free, it takes the one of least overlap. A label set further out than the first ring is joined
     to its point by a thin line of its colour. Points in a tight cluster thus get their labels
     fanned out around the cluster instead of printed over each other.
@@ -177,7 +178,7 @@ def label_points(
         best = None
         for radius in radii_pt:
             for ux, uy in directions:
-                scale = radius * px_per_pt / (np.sqrt(2.0) if ux and uy else 1.0)
+                scale = (marker_pt + radius) * px_per_pt / (np.sqrt(2.0) if ux and uy else 1.0)
                 ax_, ay_ = x + ux * scale, y + uy * scale  # the anchor of the label's box
                 x0 = ax_ - (width if ux < 0 else width / 2 if ux == 0 else 0.0)
                 y0 = ay_ - (height if uy < 0 else height / 2 if uy == 0 else 0.0)
@@ -202,7 +203,7 @@ def label_points(
         if best is None:  # no place inside the axes at all: the preferred one
             best = ((0.0, 0), radii_pt[0], 1, 1, None)
         _, radius, ux, uy, box = best
-        scale = radius / (np.sqrt(2.0) if ux and uy else 1.0)
+        scale = (marker_pt + radius) / (np.sqrt(2.0) if ux and uy else 1.0)
         colour = "black" if colours is None else colours[i]
         leader = dict(arrowstyle="-", color=colour, linewidth=0.6, shrinkA=0, shrinkB=2) if radius > radii_pt[0] else None
         annotation = ax.annotate(

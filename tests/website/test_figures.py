@@ -9,10 +9,8 @@ Chromium at a laptop's width and a phone's, for every chapter drawn in the book'
   - no output keeps a progress bar stopped part-way (training ends with one summary line);
   - no environment summary prints the build machine's data path.
 
-The chapters not yet re-run in that style are listed in AWAITING_RERUN, and a test holds the list
-exact: a chapter that loses the style fails it, and so does one re-run in the style but still listed.
-Their stored outputs come from runs made before the style existed (issue 27); re-running one in the
-full profile and removing it from the list puts it under every check below.
+Every chapter is drawn in that style, and a test holds it: a chapter whose first cell loses the
+call fails it, since its stored figures would then come from matplotlib's defaults.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ import pytest
 import figure_checks as fc
 import site_checks as sc
 
-AWAITING_RERUN = {"book/08_decoding"}
-
 
 def _in_book_style(doc: str) -> bool:
     notebook = json.loads((sc.REPO / f"{doc}.ipynb").read_text(encoding="utf-8"))
@@ -34,16 +30,12 @@ def _in_book_style(doc: str) -> bool:
     return "plotting.use_book_style()" in "".join(first["source"])
 
 
-ALL_CHAPTERS = sc.chapter_docnames()
-CHAPTERS = [doc for doc in ALL_CHAPTERS if doc not in AWAITING_RERUN]
+CHAPTERS = sc.chapter_docnames()
 
 
-def test_the_chapters_awaiting_a_rerun_are_exactly_those_without_the_style():
-    without = {doc for doc in ALL_CHAPTERS if not _in_book_style(doc)}
-    assert without == AWAITING_RERUN, (
-        f"drawn without the book's style but not listed: {sorted(without - AWAITING_RERUN)}; "
-        f"listed but now in the style (remove them from AWAITING_RERUN): {sorted(AWAITING_RERUN - without)}")
-
+def test_every_chapter_is_drawn_in_the_book_style():
+    without = [doc for doc in CHAPTERS if not _in_book_style(doc)]
+    assert not without, f"drawn without plotting.use_book_style() in the first code cell: {without}"
 
 
 @pytest.fixture(scope="module")

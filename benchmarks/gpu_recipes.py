@@ -43,7 +43,6 @@ from transformer_book import decoding
 from transformer_book.models import Transformer
 from transformer_book.recipes import bert as small_bert
 from transformer_book.recipes import translator as mt
-from transformer_book.contracts import pad_sequences
 from transformer_book.subword import PAD_ID, SubwordTokenizer
 
 CANDIDATES = {
@@ -95,16 +94,7 @@ def translator(out: Path, device: torch.device, budget_s: float, steps: int, max
     model, history, plan, n_params = runs[chosen]
     sources, references = [de for de, _ in test], [en for _, en in test]
     greedy = decoding.translate(model, sources, tokenizer, device=device)
-    encoded_test = tokenizer.encode_batch(sources, add_eos=True)
-    order = sorted(range(len(sources)), key=lambda i: len(encoded_test[i]))
-    beam = [""] * len(sources)
-    for start in range(0, len(order), 50):                    # batched beam search, sentences of similar length
-        chunk = order[start:start + 50]
-        src = pad_sequences([encoded_test[i] for i in chunk], PAD_ID).to(device)
-        found = decoding.beam_search(model, src=src, beam_size=5, max_new_tokens=min(2 * src.shape[1] + 10, plan.max_len),
-                                     normalize="length")
-        for i, hypotheses in zip(chunk, found):
-            beam[i] = tokenizer.decode(hypotheses[0][0])
+    beam = decoding.translate(model, sources, tokenizer, device=device, beam_size=5, normalize="length", batch_size=50)
     wall = time.perf_counter() - started
     steps_done = history.train_loss[-1][0]
     seconds = history.train_time_s[-1][1]

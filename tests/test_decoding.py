@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_book.data.batching import collate_pairs
-from transformer_book.decoding import greedy_decode, translate
+from transformer_book.decoding import beam_search, generate, greedy_decode, translate
 from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 from transformer_book.training import label_smoothed_cross_entropy, seq2seq_loss
@@ -136,6 +136,49 @@ def test_translate_rejects_long_and_empty_sentences(transformer):
         translate(transformer, "abc", LetterTokenizer())
     outputs = translate(transformer, ["abcdefghijk"], LetterTokenizer())  # 12 with EOS: allowed
     assert isinstance(outputs[0], str)
+
+
+@pytest.mark.parametrize("normalize", ["length", None])
+def test_translate_with_a_beam_writes_each_sentences_best_hypothesis_in_input_order(transformer, normalize):
+    sentences = ["abcdef", "a", "cde", "fghijk", "bb"]
+    tokenizer = LetterTokenizer()
+    got = translate(transformer, sentences, tokenizer, batch_size=2, beam_size=3, normalize=normalize)
+    for sentence, text in zip(sentences, got):           # one sentence at a time, no padding, no sorting
+        src = torch.tensor([tokenizer.encode_batch([sentence], add_eos=True)[0]])
+        best = beam_search(transformer, src=src, beam_size=3, max_new_tokens=min(2 * src.shape[1] + 10, 12),
+                           normalize=normalize)[0][0][0]
+        assert text == tokenizer.decode(torch.tensor(best))
+    assert translate(transformer, sentences, tokenizer, beam_size=1) == translate(transformer, sentences, tokenizer)
+
+
+@pytest.mark.parametrize("search", [
+    lambda model, src: beam_search(model, src=src, beam_size=3, max_new_tokens=12),
+    lambda model, src: generate(model, src=src, max_new_tokens=12).tolist(),
+], ids=["beam_search", "generate"])
+def test_a_model_left_in_training_mode_is_searched_without_dropout_and_left_so(transformer, search):
+    # Dropout 0.1 in the fixture: a source encoded in training mode would be noised (the encoder
+    # ran before eval() was set, once), and the two calls below would then differ.
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, PAD_ID]])
+    mode = transformer.training
+    try:
+        transformer.eval()
+        expected = search(transformer, src)
+        transformer.train()
+        torch.manual_seed(1)
+        assert search(transformer, src) == expected
+        assert transformer.training
+    finally:
+        transformer.train(mode)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(beam_size=0), "beam_size must be a positive int, got 0"),
+    (dict(beam_size=True), "beam_size must be a positive int, got True"),
+    (dict(beam_size=2, normalize="mean"), "normalize must be None, 'length' or 'gnmt', got 'mean'"),
+])
+def test_translate_rejects_a_bad_beam(transformer, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        translate(transformer, ["abc"], LetterTokenizer(), **kwargs)
 
 
 def test_seq2seq_loss_smooths_only_in_training_mode(transformer):

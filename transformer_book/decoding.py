@@ -126,8 +126,12 @@ def translate(
     batch_size: int = 100,
     max_new_tokens: int | None = None,
     device: torch.device | str | None = None,
+    beam_size: int = 1,
+    normalize: str | None = "length",
 ) -> list[str]:
-    """Translate sentences with greedy decoding and return the detokenised translations.
+    """Translate sentences and return the detokenised translations: greedy decoding, or with
+    ``beam_size`` > 1 the best hypothesis of :func:`beam_search` ranked by ``normalize``
+    (default: the mean log-probability per token, chapter 8's choice).
 
     Sentences are encoded with ``source_tokenizer`` (EOS appended), decoded in batches of
     similar length, and written out with ``target_tokenizer`` (default: the same tokeniser);
@@ -138,12 +142,17 @@ def translate(
     ``2 * (source length) + 10`` tokens are generated, capped at ``max_len``.
 
     Raises:
-        ValueError: an empty or non-string sentence, or one longer than the model's maximum.
+        ValueError: an empty or non-string sentence, one longer than the model's maximum, or a
+            ``batch_size``, ``beam_size`` or ``normalize`` that :func:`beam_search` would refuse.
     """
     if isinstance(sentences, str):
         raise ValueError("translate: sentences must be a sequence of str, got one str")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"translate: batch_size must be a positive int, got {batch_size!r}")
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"translate: beam_size must be a positive int, got {beam_size!r}")
+    if normalize not in (None, "length", "gnmt"):
+        raise ValueError(f"translate: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
     target_tokenizer = target_tokenizer or source_tokenizer
     for index, sentence in enumerate(sentences):
         if not isinstance(sentence, str) or not sentence.strip():
@@ -164,8 +173,12 @@ def translate(
         budget = max_new_tokens or 2 * src.shape[1] + 10
         if limit is not None:
             budget = min(budget, limit)
-        hypotheses = greedy_decode(model, src, max_new_tokens=budget)
-        for i, row in zip(chunk, hypotheses.cpu()):
+        if beam_size == 1:
+            rows = list(greedy_decode(model, src, max_new_tokens=budget).cpu())
+        else:  # each element's hypotheses come best first
+            found = beam_search(model, src=src, beam_size=beam_size, max_new_tokens=budget, normalize=normalize)
+            rows = [torch.tensor(hypotheses[0][0], dtype=torch.long) for hypotheses in found]
+        for i, row in zip(chunk, rows):
             out[i] = target_tokenizer.decode(row)
     return out
 
@@ -366,11 +379,11 @@ def generate(
     Returns:
         ``(B, T)`` new token ids, ``T <= max_new_tokens`` (the prompt or SOS not included).
     """
-    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
-                       max_new_tokens=max_new_tokens, where="generate")
     was_training = model.training
-    model.eval()
+    model.eval()  # before the session encodes the source: no dropout on the memory either
     try:
+        session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
+                           max_new_tokens=max_new_tokens, where="generate")
         finished = torch.zeros(session.prefix.shape[0], dtype=torch.bool, device=session.prefix.device)
         new = []
         for _ in range(max_new_tokens):
@@ -464,8 +477,14 @@ def beam_search(
             bool, or a bad input.
     """
     _check_beam(beam_size, normalize, shrink)
-    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
-                       max_new_tokens=max_new_tokens, where="beam_search")  # checks the prefix and the length
+    was_training = model.training
+    model.eval()  # before the session encodes the source: no dropout on the memory either
+    try:
+        session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
+                           max_new_tokens=max_new_tokens, where="beam_search")  # checks the prefix and the length
+    except BaseException:
+        model.train(was_training)
+        raise
     start = session.prefix.shape[1]
 
     def final_score(total: float, length: int) -> float:
@@ -480,8 +499,6 @@ def beam_search(
     finished: list[list[tuple[list[int], float]]] = [[] for _ in range(batch)]
     owner = torch.arange(batch, device=device)            # the batch element of every live row
     scores = torch.zeros(batch, device=device)            # summed log-probabilities of the live rows
-    was_training = model.training
-    model.eval()
     try:
         for step in range(max_new_tokens):
             log_probs = torch.log_softmax(session.logits().float(), dim=-1)   # (R, V)

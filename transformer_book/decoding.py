@@ -309,7 +309,12 @@ class _Session:
                 raise ValueError("decoding: an encoder-decoder model needs src (and no prompt)")
             _check_src(src, "decoding")
             _check_max_new_tokens(model, max_new_tokens, 1, where)
-            self.memory, self.src_mask = model.encode(src)
+            was_training = model.training
+            model.eval()  # the memory is encoded once, here: without dropout, whatever the caller's mode
+            try:
+                self.memory, self.src_mask = model.encode(src)
+            finally:
+                model.train(was_training)
             self.prefix = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)
         else:
             if prompt is None or src is not None:
@@ -379,11 +384,11 @@ def generate(
     Returns:
         ``(B, T)`` new token ids, ``T <= max_new_tokens`` (the prompt or SOS not included).
     """
+    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
+                       max_new_tokens=max_new_tokens, where="generate")
     was_training = model.training
-    model.eval()  # before the session encodes the source: no dropout on the memory either
+    model.eval()
     try:
-        session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
-                           max_new_tokens=max_new_tokens, where="generate")
         finished = torch.zeros(session.prefix.shape[0], dtype=torch.bool, device=session.prefix.device)
         new = []
         for _ in range(max_new_tokens):
@@ -477,14 +482,8 @@ def beam_search(
             bool, or a bad input.
     """
     _check_beam(beam_size, normalize, shrink)
-    was_training = model.training
-    model.eval()  # before the session encodes the source: no dropout on the memory either
-    try:
-        session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
-                           max_new_tokens=max_new_tokens, where="beam_search")  # checks the prefix and the length
-    except BaseException:
-        model.train(was_training)
-        raise
+    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
+                       max_new_tokens=max_new_tokens, where="beam_search")  # checks the prefix and the length
     start = session.prefix.shape[1]
 
     def final_score(total: float, length: int) -> float:
@@ -499,6 +498,8 @@ def beam_search(
     finished: list[list[tuple[list[int], float]]] = [[] for _ in range(batch)]
     owner = torch.arange(batch, device=device)            # the batch element of every live row
     scores = torch.zeros(batch, device=device)            # summed log-probabilities of the live rows
+    was_training = model.training
+    model.eval()
     try:
         for step in range(max_new_tokens):
             log_probs = torch.log_softmax(session.logits().float(), dim=-1)   # (R, V)

@@ -147,12 +147,8 @@ def translate(
     """
     if isinstance(sentences, str):
         raise ValueError("translate: sentences must be a sequence of str, got one str")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"translate: batch_size must be a positive int, got {batch_size!r}")
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"translate: beam_size must be a positive int, got {beam_size!r}")
-    if normalize not in (None, "length", "gnmt"):
-        raise ValueError(f"translate: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
+    checks.positive_int("translate", batch_size=batch_size)
+    _check_beam(beam_size, normalize, False, where="translate")
     target_tokenizer = target_tokenizer or source_tokenizer
     for index, sentence in enumerate(sentences):
         if not isinstance(sentence, str) or not sentence.strip():
@@ -417,12 +413,12 @@ def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Te
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _check_beam(beam_size: int, normalize: str | None, shrink: bool) -> None:
-    checks.positive_int("beam_search", beam_size=beam_size)
+def _check_beam(beam_size: int, normalize: str | None, shrink: bool, where: str = "beam_search") -> None:
+    checks.positive_int(where, beam_size=beam_size)
     if normalize not in (None, "length", "gnmt"):
-        raise ValueError(f"beam_search: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
+        raise ValueError(f"{where}: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
     if not isinstance(shrink, bool):
-        raise ValueError(f"beam_search: shrink must be a bool (True or False), got {shrink!r}")
+        raise ValueError(f"{where}: shrink must be a bool (True or False), got {shrink!r}")
 
 
 @torch.no_grad()

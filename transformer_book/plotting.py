@@ -195,15 +195,14 @@ def label_points(
                                         & (line[:, 1] > other[1]) & (line[:, 1] < other[3])).any())
                 cost = (covered, crossed)  # covering anything is worse than crossing a label
                 if best is None or cost < best[0]:
-                    best = (cost, radius, ux, uy, box)
+                    best = (cost, radius, ux, uy, box, scale / px_per_pt)
                 if cost == (0.0, 0):
                     break
             if best is not None and best[0] == (0.0, 0):
                 break
         if best is None:  # no place inside the axes at all: the preferred one
-            best = ((0.0, 0), radii_pt[0], 1, 1, None)
-        _, radius, ux, uy, box = best
-        scale = (marker_pt + radius) / (np.sqrt(2.0) if ux and uy else 1.0)
+            best = ((0.0, 0), radii_pt[0], 1, 1, None, (marker_pt + radii_pt[0]) / np.sqrt(2.0))
+        _, radius, ux, uy, box, scale = best  # scale: the offset along (ux, uy), in points
         colour = "black" if colours is None else colours[i]
         leader = dict(arrowstyle="-", color=colour, linewidth=0.6, shrinkA=0, shrinkB=2) if radius > radii_pt[0] else None
         annotation = ax.annotate(

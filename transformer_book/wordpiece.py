@@ -99,15 +99,19 @@ def _word_counts(texts: Iterable[str]) -> Counter[str]:
 
 
 class WordPieceTokenizer:
-    """BERT's uncased WordPiece tokenizer with the special ids PAD 0, UNK 1, CLS 2, SEP 3, MASK 4.
+    """BERT's uncased WordPiece tokenizer.
 
     Build one with :meth:`train` (from text), :meth:`load` or :meth:`from_str` (from the JSON
-    that :meth:`save` and :meth:`to_str` write). ``encode`` gives ids without any special
+    that :meth:`save` and :meth:`to_str` write, or the ``tokenizer.json`` of a pretrained BERT
+    such as ``bert-base-uncased``). ``encode`` gives ids without any special
     token added (the caller lays out ``[CLS] a [SEP] b [SEP]``), ``tokens`` the pieces,
     ``decode`` the text back.
-    """
 
-    pad_id, unk_id, cls_id, sep_id, mask_id = PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID
+    The special ids are attributes: ``pad_id``, ``unk_id``, ``cls_id``, ``sep_id`` and
+    ``mask_id``. A vocabulary the book trains puts them at 0 to 4 (the module's constants);
+    ``bert-base-uncased``'s has ``[PAD]`` 0, ``[UNK]`` 100, ``[CLS]`` 101, ``[SEP]`` 102 and
+    ``[MASK]`` 103. Padding must be id 0 (the batches pad with 0).
+    """
 
     def __init__(self, tokenizer) -> None:  # noqa: ANN001 - a tokenizers.Tokenizer
         tk = _tokenizers()
@@ -116,9 +120,14 @@ class WordPieceTokenizer:
         if not isinstance(tokenizer.model, tk.models.WordPiece):
             raise ValueError(f"WordPieceTokenizer: the model must be WordPiece, got {type(tokenizer.model).__name__}")
         ids = tuple(tokenizer.token_to_id(token) for token in SPECIAL_TOKENS)
-        if ids != (PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID):
-            raise ValueError(f"WordPieceTokenizer: the special tokens {SPECIAL_TOKENS} have ids {ids}, "
-                             f"expected {(PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID)}")
+        if None in ids or ids[0] != PAD_ID:
+            raise ValueError(f"WordPieceTokenizer: the special tokens {SPECIAL_TOKENS} have ids {ids}; all five must "
+                             f"be in the vocabulary, and [PAD] must be id {PAD_ID}")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids
+        # A pretrained tokenizer.json may ask to cut or pad every text to a fixed length (all-MiniLM-L6-v2's
+        # cuts at 128 pieces and pads to 128): encode returns the text's pieces, all of them, and nothing more.
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
         self._tokenizer = tokenizer
 
     @classmethod
@@ -277,7 +286,7 @@ class WordPieceTokenizer:
         Raises:
             ValueError: an id outside ``[0, vocab_size)``, or a nested sequence.
         """
-        values = [i for i in self._check_ids(ids, "decode") if i != PAD_ID]
+        values = [i for i in self._check_ids(ids, "decode") if i != self.pad_id]
         return self._tokenizer.decode(values, skip_special_tokens=skip_special)
 
     def unknown_rate(self, texts: Sequence[str]) -> float:
@@ -289,7 +298,7 @@ class WordPieceTokenizer:
         """
         encoded = self.encode_batch(texts)
         total = sum(len(ids) for ids in encoded)
-        return sum(ids.count(UNK_ID) for ids in encoded) / total if total else 0.0
+        return sum(ids.count(self.unk_id) for ids in encoded) / total if total else 0.0
 
     def _check_ids(self, ids: Iterable[int], where: str) -> list[int]:
         return checks.token_ids(f"WordPieceTokenizer.{where}", ids, len(self), kinds=numbers.Integral)

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from transformer_book.contracts import IGNORE_INDEX, FineTuningBatch
-from transformer_book.data.pretraining import check_max_len, encode_pair
+from transformer_book.data.pretraining import check_max_len, encode_pair, special_ids
 from transformer_book.data.sst2 import load_sst2
-from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+from transformer_book.wordpiece import PAD_ID
 
 __all__ = [
     "FineTuningBatch", "Example", "encode_sentence", "sst2_examples", "pivot_paraphrase_pairs", "pair_examples", "CASE_TAGS", "case_tag",
@@ -60,7 +60,8 @@ def encode_sentence(tokenizer, text: str, max_len: int) -> list[int]:  # noqa: A
     ids = list(tokenizer.encode(text))
     if not ids:
         raise ValueError(f"encode_sentence: {text!r} encodes to no piece")
-    return [CLS_ID, *ids[: max_len - 2], SEP_ID]
+    cls, sep, _ = special_ids(tokenizer)
+    return [cls, *ids[: max_len - 2], sep]
 
 
 def sst2_examples(tokenizer, split: str, max_len: int, *, download: bool = True) -> list[Example]:  # noqa: ANN001
@@ -199,9 +200,10 @@ def case_restoration_examples(tokenizer, sentences: Sequence[str], max_len: int)
     """
     check_max_len(max_len, "case_restoration_examples")
     examples = []
+    cls, sep, _ = special_ids(tokenizer)
     for sentence in sentences:
         words = [w for w in sentence.split() if w != "[UNK]"]
-        tokens, targets = [CLS_ID], [IGNORE_INDEX]
+        tokens, targets = [cls], [IGNORE_INDEX]
         for word, pieces in zip(words, _word_pieces(tokenizer, [w.lower() for w in words])):
             if len(tokens) + len(pieces) > max_len - 1:
                 break
@@ -211,7 +213,7 @@ def case_restoration_examples(tokenizer, sentences: Sequence[str], max_len: int)
             tokens.extend(pieces)
             targets.extend([IGNORE_INDEX if tag is None else tag] + [IGNORE_INDEX] * (len(pieces) - 1))
         if any(t != IGNORE_INDEX for t in targets):
-            examples.append(Example(tokens + [SEP_ID], [0] * (len(tokens) + 1), targets + [IGNORE_INDEX]))
+            examples.append(Example(tokens + [sep], [0] * (len(tokens) + 1), targets + [IGNORE_INDEX]))
     return examples
 
 
@@ -279,6 +281,7 @@ def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: 
         raise ValueError(f"cloze_span_examples: max_len={max_len} leaves {passage_budget} pieces for a passage "
                          f"after a question of {question_pieces}; at least 8 are needed")
     rng = np.random.default_rng(seed)
+    cls, sep, mask = special_ids(tokenizer)
     out: list[SpanExample] = []
     for document in documents:
         sentence_words = [s.split() for s in document]
@@ -316,7 +319,7 @@ def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: 
                 q, i, j = options[index]
                 if q in used:
                     continue
-                q_pieces = [*(p for ps in pieces[q][:i] for p in ps), MASK_ID, *(p for ps in pieces[q][j:] for p in ps)]
+                q_pieces = [*(p for ps in pieces[q][:i] for p in ps), mask, *(p for ps in pieces[q][j:] for p in ps)]
                 if len(q_pieces) > question_pieces:
                     continue
                 used.add(q)
@@ -329,7 +332,7 @@ def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: 
                 first = 2 + len(q_pieces) + sum(len(p) for p in p_pieces[:at])
                 last = first + sum(len(p) for p in p_pieces[at:at + len(answer_words)]) - 1
                 flat = [x for p in p_pieces for x in p]
-                tokens = [CLS_ID, *q_pieces, SEP_ID, *flat, SEP_ID]
+                tokens = [cls, *q_pieces, sep, *flat, sep]
                 segments = [0] * (len(q_pieces) + 2) + [1] * (len(flat) + 1)
                 allowed = [False] * (len(q_pieces) + 2) + [True] * len(flat) + [False]
                 question = " ".join([*sentence_words[q][:i], "[MASK]", *sentence_words[q][j:]])

@@ -250,7 +250,16 @@ def encode_pair(tokenizer, a: str, b: str, max_len: int) -> tuple[list[int], lis
     check_max_len(max_len, "encode_pair")
     a_ids, b_ids = list(tokenizer.encode(a)), list(tokenizer.encode(b))
     len_a, len_b = _truncated(len(a_ids), len(b_ids), max_len, "encode_pair")
-    return [CLS_ID, *a_ids[:len_a], SEP_ID, *b_ids[:len_b], SEP_ID], [0] * (len_a + 2) + [1] * (len_b + 1)
+    cls, sep, _ = special_ids(tokenizer)
+    return [cls, *a_ids[:len_a], sep, *b_ids[:len_b], sep], [0] * (len_a + 2) + [1] * (len_b + 1)
+
+
+def special_ids(tokenizer) -> tuple[int, int, int]:  # noqa: ANN001
+    """The ``([CLS], [SEP], [MASK])`` ids of ``tokenizer``: its ``cls_id``, ``sep_id`` and
+    ``mask_id`` (a pretrained vocabulary's, 101, 102 and 103 in ``bert-base-uncased``), or the
+    book's own 2, 3 and 4 for a tokenizer that does not say."""
+    return (getattr(tokenizer, "cls_id", CLS_ID), getattr(tokenizer, "sep_id", SEP_ID),
+            getattr(tokenizer, "mask_id", MASK_ID))
 
 
 @dataclass(frozen=True, eq=False)

@@ -40,7 +40,7 @@ from transformer_book.models.transformer import Encoder
 
 __all__ = [
     "BERT", "BERTConfig", "POSITIONS", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",
-    "pretraining_loss", "bert_loss", "evaluate_pretraining", "IGNORE_INDEX",
+    "mean_pool", "pretraining_loss", "bert_loss", "evaluate_pretraining", "IGNORE_INDEX",
 ]
 
 POSITIONS = ("learned", "alibi")
@@ -275,6 +275,22 @@ class BERT(nn.Module):
         c = self.config
         return (f"vocab_size={c.vocab_size}, max_len={c.max_len}, d_model={c.d_model}, n_layers={c.n_layers}, "
                 f"position={c.position!r}")
+
+
+def mean_pool(hidden: torch.Tensor, tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
+    r"""The mean of the states of the non-padding positions, :math:`h = \frac{1}{n}\sum_{t:\,x_t \ne
+    \text{PAD}} H_t`: ``hidden (B, n, d)`` and ``tokens (B, n)`` -> ``(B, d)``. A sentence
+    encoder's vector (all-MiniLM-L6-v2's, before it is scaled to unit length), and the pooling of
+    a classifier whose ``[CLS]`` state no pretraining loss read.
+
+    Raises:
+        ValueError: a row of nothing but padding (its mean would be 0/0).
+    """
+    real = (tokens != pad_id).unsqueeze(-1).to(hidden.dtype)       # (B, n, 1)
+    count = real.sum(dim=1)
+    if bool((count == 0).any()):
+        raise ValueError("mean_pool: a row holds nothing but padding")
+    return (hidden * real).sum(dim=1) / count
 
 
 class PretrainingLoss(NamedTuple):

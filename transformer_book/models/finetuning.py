@@ -29,7 +29,7 @@ from torch import nn
 
 from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX, FineTuningBatch
-from transformer_book.models.bert import BERT
+from transformer_book.models.bert import BERT, mean_pool
 
 __all__ = [
     "POOLINGS", "SequenceClassifier", "TokenTagger", "SpanExtractor", "best_spans", "finetuning_loss",
@@ -96,8 +96,7 @@ class SequenceClassifier(nn.Module):
         if self.pooling == "cls":
             h = hidden[:, 0]
         else:
-            real = (tokens != self.bert.config.pad_id).unsqueeze(-1).to(hidden.dtype)   # (B, n, 1)
-            h = (hidden * real).sum(dim=1) / real.sum(dim=1)
+            h = mean_pool(hidden, tokens, self.bert.config.pad_id)
         return self.classifier(self.dropout(torch.tanh(self.bert.pooler(h))))
 
     def extra_repr(self) -> str:

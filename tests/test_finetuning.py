@@ -843,6 +843,32 @@ def test_batches_are_a_pure_function_of_the_step_and_epochs_visit_every_example_
         assert batch.tokens.shape[1] == max(len(examples[i].tokens) for i in ids_of(batch))
 
 
+def test_bucketed_batches_group_similar_lengths_and_still_visit_every_example_once():
+    rng = np.random.default_rng(0)
+    examples = [Example([CLS_ID] + [10 + i] * int(n) + [SEP_ID], [0] * (int(n) + 2), i % 2)
+                for i, n in enumerate(rng.integers(1, 40, size=200))]
+    plain, bucketed = FineTuningBatches(examples, 8, seed=3), FineTuningBatches(examples, 8, seed=3, bucket=5)
+    assert len(bucketed) == len(plain) == 25
+    padded = {}
+    for name, batches in [("plain", plain), ("bucketed", bucketed)]:
+        for epoch in range(2):
+            steps = range(epoch * 25, (epoch + 1) * 25)
+            seen = [i for s in steps for i in ids_of(batches(s))]
+            assert sorted(seen) == list(range(200))                       # each example once per epoch
+        padded[name] = sum(batches(s).tokens.numel() - int((batches(s).tokens != PAD_ID).sum()) for s in range(25))
+    assert padded["bucketed"] < padded["plain"] / 3                       # far less of each step is padding
+    # the same windows as the plain order, each sorted by length; a pure function of the step
+    window = plain.order(0)[:40]
+    lengths = [len(examples[i].tokens) for i in window]
+    firsts = {tuple(ids_of(bucketed(s))) for s in range(25)}
+    assert tuple(int(i) for i in window[np.argsort(lengths, kind="stable")][:8]) in firsts
+    assert all(torch.equal(a, b) for a, b in zip(bucketed(7), FineTuningBatches(examples, 8, seed=3, bucket=5)(7)))
+    assert bucketed(3).tokens.tolist() != bucketed(28).tokens.tolist()   # another epoch, another order
+    for bad in (0, -2, True, 1.5):
+        with pytest.raises(ValueError, match="bucket must be a positive int"):
+            FineTuningBatches(examples, 8, bucket=bad)
+
+
 def test_batches_without_shuffling_keep_the_order():
     examples = class_examples(7)
     batches = FineTuningBatches(examples, 3, shuffle=False, seed=9)

@@ -351,14 +351,23 @@ class FineTuningBatches:
     (segment 0, target ``IGNORE_INDEX``, not allowed) to its own longest example. Iterating
     gives one epoch in order.
 
+    With ``bucket = k > 1`` the batches hold examples of similar length, so that little of a
+    step's work is padding: each epoch's order is cut into windows of ``k * batch_size``
+    examples, each window is sorted by length and cut into batches, and the epoch's batches are
+    then visited in an order drawn from ``(seed, e)`` too. Every example is still seen once per
+    epoch; only who shares a batch changes.
+
     Raises:
-        ValueError: no examples, a ``batch_size`` that is not a positive int, examples whose
-            fields differ in length, or targets of different kinds.
+        ValueError: no examples, a ``batch_size`` or ``bucket`` that is not a positive int,
+            examples whose fields differ in length, or targets of different kinds.
     """
 
-    def __init__(self, examples: Sequence[Example], batch_size: int, *, seed: int = 0, shuffle: bool = True) -> None:
+    def __init__(self, examples: Sequence[Example], batch_size: int, *, seed: int = 0, shuffle: bool = True,
+                 bucket: int = 1) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"FineTuningBatches: batch_size must be a positive int, got {batch_size!r}")
+        if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
+            raise ValueError(f"FineTuningBatches: bucket must be a positive int, got {bucket!r}")
         if len(examples) == 0:
             raise ValueError("FineTuningBatches: no examples")
         kinds = {self._kind(e.target) for e in examples}
@@ -371,6 +380,8 @@ class FineTuningBatches:
             if len(sizes) != 1:
                 raise ValueError(f"FineTuningBatches: example {index} has fields of lengths {sorted(sizes)}")
         self.examples, self.batch_size, self.seed, self.shuffle = list(examples), batch_size, seed, shuffle
+        self.bucket = bucket
+        self._epoch_batches: tuple[int, list[np.ndarray]] | None = None
 
     @staticmethod
     def _kind(target: Any) -> str:
@@ -417,13 +428,33 @@ class FineTuningBatches:
             targets = tags
         return FineTuningBatch(tokens, segments, targets, allowed)
 
+    def batches_of_epoch(self, epoch: int) -> list[np.ndarray]:
+        """The indices of each batch of epoch ``epoch``, in the order they are visited."""
+        if self._epoch_batches is not None and self._epoch_batches[0] == epoch:
+            return self._epoch_batches[1]
+        order, size = self.order(epoch), self.batch_size
+        if self.bucket == 1:
+            batches = [order[i:i + size] for i in range(0, len(order), size)]
+        else:
+            lengths = np.array([len(self.examples[int(i)].tokens) for i in order])
+            batches = []
+            for start in range(0, len(order), self.bucket * size):
+                window = order[start:start + self.bucket * size]
+                window = window[np.argsort(lengths[start:start + len(window)], kind="stable")]
+                batches.extend(window[i:i + size] for i in range(0, len(window), size))
+            if self.shuffle:
+                visit = np.random.default_rng([self.seed, epoch, 1]).permutation(len(batches))
+                batches = [batches[i] for i in visit]
+        self._epoch_batches = (epoch, batches)
+        return batches
+
     def __call__(self, step: int) -> FineTuningBatch:
         epoch, index = divmod(step, len(self))
-        return self.collate(self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size])
+        return self.collate(self.batches_of_epoch(epoch)[index])
 
     def __iter__(self) -> Iterator[FineTuningBatch]:
         return (self(step) for step in range(len(self)))
 
     def __repr__(self) -> str:
         return (f"FineTuningBatches({len(self.examples):,} {self.kind} examples, batch_size={self.batch_size}, "
-                f"{len(self)} batches per epoch)")
+                f"{len(self)} batches per epoch{f', bucket={self.bucket}' if self.bucket > 1 else ''})")

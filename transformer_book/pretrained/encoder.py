@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from transformer_book.data.finetuning import encode_sentence
 from transformer_book.models.bert import BERT, mean_pool
-from transformer_book.pretrained.catalogue import CheckpointError, FetchedCheckpoint, fetch_checkpoint
+from transformer_book.pretrained.catalogue import Checkpoint, CheckpointError, FetchedCheckpoint, fetch_checkpoint
 from transformer_book.pretrained.hf import bert_config_from_hf, load_hf_bert
 from transformer_book.wordpiece import WordPieceTokenizer
 
@@ -57,7 +57,7 @@ def _head_parameters(model: BERT) -> int:
                if name in set(getattr(model, "missing_from_checkpoint", [])))
 
 
-def load_encoder(name: str = "all-MiniLM-L6-v2", *, download: bool = True,
+def load_encoder(name: str | Checkpoint = "all-MiniLM-L6-v2", *, download: bool = True,
                  device: torch.device | str | None = None) -> PretrainedEncoder:
     """A catalogue encoder as the book's :class:`BERT` (eval mode) with its tokenizer.
 

@@ -147,7 +147,7 @@ CATALOGUE: dict[str, Checkpoint] = {
                            "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037", 466_247),
         ),
         hub=("sentence-transformers/all-MiniLM-L6-v2", "main"),
-        citation="reimers2019sentence",
+        citation="sbert2021allminilm",
     ),
 }
 """Every real checkpoint the book reads, by name."""

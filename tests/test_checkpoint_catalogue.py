@@ -19,6 +19,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from transformer_book import pretrained
 from transformer_book.data import download
+from transformer_book.data.finetuning import case_restoration_examples, encode_sentence
+from transformer_book.data.pretraining import encode_pair
 from transformer_book.pretrained import catalogue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -133,6 +135,16 @@ def test_loaded_encoder_equals_transformers_and_keeps_the_tokenizers_ids(tiny):
     assert ids == reference_tokenizer.encode(text, add_special_tokens=False).ids
     assert t.decode(ids) == "the film was great, a funny act! the plot is dull."
     assert "tiny-bert from the package index" in loaded.describe()
+
+
+def test_task_examples_take_the_pretrained_tokenizers_special_ids(tiny):
+    t = pretrained.load_encoder(tiny["entry"]).tokenizer
+    words = t.encode("the film was fun")
+    assert encode_sentence(t, "the film was fun", 16) == [101, *words, 102]
+    ids, segments = encode_pair(t, "the film", "was fun", max_len=16)
+    assert ids == [101, *t.encode("the film"), 102, *t.encode("was fun"), 102] and segments == [0] * 4 + [1] * 3
+    (example,) = case_restoration_examples(t, ["The Film was fun"], 16)
+    assert example.tokens[0] == 101 and example.tokens[-1] == 102
 
 
 def test_a_wheel_with_another_hash_is_refused_and_nothing_is_kept(tiny):

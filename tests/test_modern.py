@@ -266,6 +266,13 @@ def test_gpt2_initialisation_and_seeded_determinism():
     assert not torch.equal(a["embedding.weight"], c["embedding.weight"])
 
 
+def test_norm_eps_reaches_every_rmsnorm():
+    model = ModernGPT(ModernGPTConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=2, norm_eps=1e-5))
+    norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
+    assert len(norms) == 2 * 2 + 1 and {m.eps for m in norms} == {1e-5}
+    assert ModernGPTConfig(vocab_size=11).norm_eps == 1e-6          # the default: what the book's models trained with
+
+
 def test_config_defaults_and_round_trip():
     c = ModernGPTConfig(vocab_size=65)
     assert (c.context, c.d_model, c.n_heads, c.kv_heads, c.n_layers, c.ff_width, c.d_k) == (256, 128, 4, 4, 4, 344, 32)
@@ -288,6 +295,9 @@ def test_bad_config_and_input_raise_clear_errors():
         ModernGPTConfig(vocab_size=10, dropout=1.0)
     with pytest.raises(ValueError, match="rope_base"):
         ModernGPTConfig(vocab_size=10, rope_base=1.0)
+    for eps in (0.0, -1e-5, float("nan"), True):
+        with pytest.raises(ValueError, match="norm_eps must be a finite real > 0"):
+            ModernGPTConfig(vocab_size=10, norm_eps=eps)
     with pytest.raises(ValueError, match="config must be a ModernGPTConfig"):
         ModernGPT(GPTConfig(vocab_size=10))
     model = small()

@@ -7,6 +7,7 @@ import torch
 from transformer_book import prompting
 from transformer_book.metrics import span_scores
 from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig
+from transformer_book.models.modern import ModernGPT, ModernGPTConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -101,6 +102,27 @@ def test_next_token_log_probs_ignore_right_padding():
         prompting.next_token_log_probs(gpt, [[1], []])
     with pytest.raises(ValueError, match="prompt 0 has 17 tokens"):
         prompting.next_token_log_probs(gpt, [[1] * 17])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GPT(GPTConfig(vocab_size=20, context=32, d_model=16, n_heads=2, n_layers=2)),
+    lambda: ModernGPT(ModernGPTConfig(vocab_size=20, context=32, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2)),
+])
+def test_a_shared_prefix_computed_once_gives_the_full_prompts_numbers(make):
+    torch.manual_seed(0)
+    model = make().eval()
+    prefix = [1, 2, 3, 4, 5, 6]
+    prompts = [[7, 8, 9], [10], [11, 12, 13, 14, 15], [16, 17]]
+    after = prompting.next_token_log_probs_after(model, prefix, prompts, batch_size=3)
+    full = prompting.next_token_log_probs(model, [prefix + p for p in prompts], batch_size=1)
+    torch.testing.assert_close(after, full, rtol=1e-5, atol=1e-5)
+    assert not model.training
+    with pytest.raises(ValueError, match="prefix is empty"):
+        prompting.next_token_log_probs_after(model, [], prompts)
+    with pytest.raises(ValueError, match="prompt 0 has 33 tokens"):
+        prompting.next_token_log_probs_after(model, prefix, [[1] * 27])
+    with pytest.raises(ValueError, match="has no decode_step"):
+        prompting.next_token_log_probs_after(torch.nn.Linear(2, 2), prefix, prompts)
 
 
 def test_calibrate_subtracts_the_content_free_scores():

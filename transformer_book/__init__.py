@@ -36,7 +36,9 @@ Modules, one idea each (import what a chapter needs)::
                                   SQuAD's exact match and F1 (ch. 14)
     transformer_book.recipes      the training recipes of chapter 7's translators, chapter 9's GPT
                                   and chapter 13's BERT; their models loaded or trained
-    transformer_book.pretrained   Hugging Face BERT and GPT-2 weights in the book's models (ch. 15)
+    transformer_book.pretrained   real checkpoints: a catalogue with pinned hashes, fetched offline
+                                  first; all-MiniLM-L6-v2 in the book's BERT; Hugging Face BERT and
+                                  GPT-2 weights by name mapping                  (ch. 13-15, 20)
     transformer_book.prompting    zero-shot cloze and next-token classification (ch. 15)
     transformer_book.incontext    in-context learning in a small GPT            (ch. 15)
     transformer_book.embeddings   co-occurrence, PPMI, SVD, GloVe, word2vec      (ch. 1, 10-11)

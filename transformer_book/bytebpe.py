@@ -56,7 +56,7 @@ try:
 except ImportError as err:  # pragma: no cover - a dependency of the package
     raise ImportError("transformer_book.bytebpe needs the regex package (for \\p{L}): pip install regex") from err
 
-__all__ = ["ByteLevelBPE", "bytes_to_unicode", "pretokenize", "PRETOKENIZE_PATTERN", "merge_pair",
+__all__ = ["ByteLevelBPE", "bytes_to_unicode", "pretokenize", "PRETOKENIZE_PATTERN", "PRETOKENIZERS", "merge_pair",
            "learn_merges"]
 
 PRETOKENIZE_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -66,6 +66,13 @@ at most one space before it, then white space
 (a run of white space before a word leaves its last space to the word: ``\\s+(?!\\S)``)."""
 
 _SPLIT = regex.compile(PRETOKENIZE_PATTERN)
+_DIGIT = regex.compile(r"(\p{N})")
+
+PRETOKENIZERS = ("gpt2", "smollm")
+"""How :class:`ByteLevelBPE` cuts text before the merges: ``"gpt2"``, :data:`PRETOKENIZE_PATTERN`
+alone; ``"smollm"`` (SmolLM and SmolLM2, llama.cpp's pre-tokenizer of that name), every digit
+first cut out on its own, then the same pattern over the rest, so that a number is one token per
+digit (``"2024"`` is ``2 0 2 4``)."""
 _CACHE_SIZE = 200_000  # pre-token encodings kept by each tokenizer before the cache is emptied
 
 
@@ -222,7 +229,10 @@ class ByteLevelBPE:
     """GPT-2's byte-level BPE tokenizer: no unknown token, any script.
 
     Build one with :meth:`train` (from text), or from its merges: ``ByteLevelBPE(merges,
-    special_tokens)``, :meth:`from_json`, :meth:`load`.
+    special_tokens)``, :meth:`from_json`, :meth:`load`. A pretrained vocabulary (SmolLM2's, read
+    from its GGUF file) gives its tokens in id order too, ``ByteLevelBPE(merges, special_tokens,
+    tokens=tokens, pretokenizer="smollm")``: then the ids are the given ones, every merge must
+    spell a given token, and a byte the vocabulary lacks cannot be encoded (a ValueError).
 
     Attributes:
         merges: ``[(left, right), ...]``, the learned merges in the order they were learned (the
@@ -252,10 +262,15 @@ class ByteLevelBPE:
     token may not be a single byte symbol, which would take that symbol's id.
     """
 
-    def __init__(self, merges: Iterable[tuple[str, str]], special_tokens: Sequence[str] = ()) -> None:
+    def __init__(self, merges: Iterable[tuple[str, str]], special_tokens: Sequence[str] = (), *,
+                 tokens: Sequence[str] | None = None, pretokenizer: str = "gpt2") -> None:
         self.special_tokens = _check_special_tokens("ByteLevelBPE", special_tokens)
-        tokens = [*self.special_tokens, *_ALPHABET]
-        self.vocab: dict[str, int] = {token: i for i, token in enumerate(tokens)}
+        if pretokenizer not in PRETOKENIZERS:
+            raise ValueError(f"ByteLevelBPE: pretokenizer must be one of {PRETOKENIZERS}, got {pretokenizer!r}")
+        self.pretokenizer = pretokenizer
+        given = tokens is not None
+        self.vocab: dict[str, int] = _given_vocabulary(tokens, self.special_tokens) if given else \
+            {token: i for i, token in enumerate([*self.special_tokens, *_ALPHABET])}
         self.merges: list[tuple[str, str]] = []
         self._ranks: dict[tuple[int, int], int] = {}
         self._merged_ids: list[int] = []
@@ -265,14 +280,19 @@ class ByteLevelBPE:
                 raise ValueError(f"ByteLevelBPE: merge {rank} must be a pair of tokens already in the vocabulary "
                                  f"(byte symbols or earlier merges), got {merge!r}")
             left, right = merge
+            if given and left + right not in self.vocab:
+                raise ValueError(f"ByteLevelBPE: merge {rank} {merge!r} makes {left + right!r}, which the given "
+                                 "tokens do not hold")
             self.vocab.setdefault(left + right, len(self.vocab))
             self.merges.append((left, right))
             self._ranks[self.vocab[left], self.vocab[right]] = rank  # a repeated pair keeps its last rank
             self._merged_ids.append(self.vocab[left + right])
         self._tokens = list(self.vocab)
-        self._bytes = [token.encode("utf-8") if i < len(self.special_tokens)  # a special is written as itself
+        self._given = given
+        specials = set(self.special_tokens)
+        self._bytes = [token.encode("utf-8") if token in specials  # a special is written as itself
                        else token.translate(_SYMBOL_TO_LATIN1).encode("latin-1")
-                       for i, token in enumerate(self._tokens)]
+                       for token in self._tokens]
         by_length = sorted(self.special_tokens, key=len, reverse=True)  # the longest special wins a tie
         self._special_split = (regex.compile("(" + "|".join(regex.escape(t) for t in by_length) + ")")
                                if by_length else None)
@@ -341,7 +361,7 @@ class ByteLevelBPE:
             if k % 2:  # a special token
                 ids.append(self.vocab[part])
             else:
-                for word in _SPLIT.findall(part):
+                for word in self._pretokens(part):
                     ids += self._encode_cached(_symbols(word))
         return ids
 
@@ -387,9 +407,13 @@ class ByteLevelBPE:
     # ------------------------------------------------------------------ saving and loading
 
     def to_json(self) -> str:
-        """The tokenizer as JSON: its special tokens and merges (the vocabulary follows from them)."""
-        return json.dumps({"type": "ByteLevelBPE", "special_tokens": list(self.special_tokens),
-                           "merges": [list(merge) for merge in self.merges]}, ensure_ascii=False)
+        """The tokenizer as JSON: its special tokens and merges (the vocabulary follows from them),
+        its pre-tokenizer, and the tokens when they were given (a pretrained vocabulary)."""
+        data = {"type": "ByteLevelBPE", "special_tokens": list(self.special_tokens),
+                "merges": [list(merge) for merge in self.merges], "pretokenizer": self.pretokenizer}
+        if self._given:
+            data["tokens"] = self._tokens
+        return json.dumps(data, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> ByteLevelBPE:
@@ -399,7 +423,8 @@ class ByteLevelBPE:
             ValueError: not JSON written by :meth:`to_json`.
         """
         data = _parse_json("ByteLevelBPE.from_json", text)
-        return cls(data["merges"], data["special_tokens"])
+        return cls(data["merges"], data["special_tokens"], tokens=data.get("tokens"),
+                   pretokenizer=data.get("pretokenizer", "gpt2"))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_json` to ``path`` (UTF-8)."""
@@ -415,6 +440,13 @@ class ByteLevelBPE:
 
     # ------------------------------------------------------------------ internals
 
+    def _pretokens(self, text: str) -> list[str]:
+        """The pre-tokens of a text without special tokens, as :data:`PRETOKENIZERS` says."""
+        if self.pretokenizer == "gpt2":
+            return _SPLIT.findall(text)
+        return [piece for k, chunk in enumerate(_DIGIT.split(text)) if chunk
+                for piece in ([chunk] if k % 2 else _SPLIT.findall(chunk))]
+
     def _split_special(self, text: str) -> list[str]:
         """``[text, special, text, special, ..., text]``: the special tokens at odd indices."""
         return self._special_split.split(text) if self._special_split is not None else [text]
@@ -428,11 +460,37 @@ class ByteLevelBPE:
         return ids
 
     def _check_word(self, word: str) -> list[int]:
-        """The ids of ``word``'s byte symbols, or a ValueError."""
-        return [self.vocab[symbol] for symbol in _check_byte_word("ByteLevelBPE.encode_word", word)]
+        """The ids of ``word``'s byte symbols, or a ValueError (a pretrained vocabulary may lack a
+        few bytes that its training text never held: SmolLM2's has no id for byte 0x04)."""
+        try:
+            return [self.vocab[symbol] for symbol in _check_byte_word("ByteLevelBPE.encode_word", word)]
+        except KeyError as err:
+            byte = _SYMBOL_TO_BYTE[err.args[0]]
+            raise ValueError(f"ByteLevelBPE: this vocabulary has no token for the byte 0x{byte:02x} (in "
+                             f"{word.translate(_SYMBOL_TO_LATIN1).encode('latin-1').decode('utf-8', 'replace')!r}); "
+                             "the text cannot be encoded") from None
 
     def _check_ids(self, ids: Iterable[int], where: str) -> list[int]:
         return checks.token_ids(f"ByteLevelBPE.{where}", ids, len(self), kinds=numbers.Integral)
+
+
+def _given_vocabulary(tokens: Sequence[str], special_tokens: Sequence[str]) -> dict[str, int]:
+    """``{token: id}`` of a pretrained vocabulary listed in id order, checked: distinct strings, the
+    special tokens among them, every other token made of byte symbols."""
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence) or not tokens:
+        raise ValueError("ByteLevelBPE: tokens must be a non-empty sequence of str (the vocabulary in id order)")
+    vocab = {}
+    specials = set(special_tokens)
+    for i, token in enumerate(tokens):
+        if not isinstance(token, str) or not token or token in vocab:
+            raise ValueError(f"ByteLevelBPE: token {i} must be a non-empty str seen once, got {token!r}")
+        if token not in specials and any(symbol not in _SYMBOL_TO_BYTE for symbol in token):
+            raise ValueError(f"ByteLevelBPE: token {i} {token!r} is neither a special token nor made of byte symbols")
+        vocab[token] = i
+    missing = [t for t in special_tokens if t not in vocab]
+    if missing:
+        raise ValueError(f"ByteLevelBPE: the special tokens {missing} are not among the given tokens")
+    return vocab
 
 
 def _check_special_tokens(where: str, special_tokens: Sequence[str]) -> tuple[str, ...]:

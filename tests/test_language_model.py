@@ -53,8 +53,9 @@ def test_bits_per_weight_follow_from_the_block_layouts():
 
 def test_a_block_of_equal_weights_is_exact_and_q4_1_packs_low_then_high_nibbles():
     w = torch.full((1, 32), 0.375)
-    for kind in ("Q4_1", "Q8_0"):
-        assert torch.equal(quantization.dequantize(quantization.quantize(w, kind), kind, (1, 32)), w)
+    assert torch.equal(quantization.dequantize(quantization.quantize(w, "Q4_1"), "Q4_1", (1, 32)), w)     # d = 0, m = w
+    q8 = quantization.dequantize(quantization.quantize(w, "Q8_0"), "Q8_0", (1, 32))      # d = w / 127, in float16
+    assert torch.allclose(q8, w, rtol=2 ** -11, atol=0) and len(set(q8.flatten().tolist())) == 1
     # a block written by hand: d = 1, m = -8, q_j = j % 16 for j < 16 in the low nibbles, 15 - (j % 16) in the high
     d, m = np.float16(1.0).tobytes(), np.float16(-8.0).tobytes()
     packed = bytes((j % 16) | ((15 - j % 16) << 4) for j in range(16))

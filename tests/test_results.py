@@ -263,13 +263,25 @@ def _recorded_metric_templates(path: Path) -> list[re.Pattern]:
     patterns: the literal parts as they are, every ``{...}`` field one or more characters."""
     source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line     # IPython magics are not Python
                        for line in _code(path).split("\n"))
+    tree = ast.parse(source)
+    # the argument that names the metric: record's second; and a chapter's own helper's argument that it
+    # passes on to record as the metric (def record_sst(metric, ...): ... record(chapter, metric, ...))
+    metric_argument = {"record": 1}
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        parameters = [a.arg for a in function.args.args]
+        for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
+            callee = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if callee == "record" and len(call.args) >= 2 and isinstance(call.args[1], ast.Name) \
+                    and call.args[1].id in parameters:
+                metric_argument[function.name] = parameters.index(call.args[1].id)
     patterns = []
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.JoinedStr)):
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        if name == "record":
-            parts = [re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in node.args[1].values]
+        index = metric_argument.get(name)
+        if index is not None and len(node.args) > index and isinstance(node.args[index], ast.JoinedStr):
+            parts = [re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in node.args[index].values]
             patterns.append(re.compile("".join(parts)))
     return patterns
 

@@ -101,7 +101,7 @@ def quantize(weights: torch.Tensor, kind: str) -> bytes:
     Q4_1: per block :math:`m = \min w`, :math:`d = (\max w - m) / 15` (both rounded to float16),
     :math:`q = \operatorname{round}((w - m) / d)` clipped to :math:`[0, 15]`. Q8_0: :math:`d =
     \max |w| / 127` (float16), :math:`q = \operatorname{round}(w / d)`. F16 and F32 store the
-    values as they are. A block of equal weights gets :math:`d = 0` and dequantizes exactly.
+    values as they are. A Q4_1 block of equal weights gets :math:`d = 0` and dequantizes exactly.
 
     Raises:
         ValueError: an unknown ``kind``, a tensor that is not floating point or not finite, or a

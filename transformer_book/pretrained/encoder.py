@@ -34,7 +34,7 @@ __all__ = ["PretrainedEncoder", "load_encoder", "sentence_embeddings"]
 
 
 class PretrainedEncoder(NamedTuple):
-    """What :func:`load_encoder` returns: the ``model`` (a :class:`BERT` in eval mode), its
+    """What :func:`load_encoder` returns: the ``model`` (a :class:`~transformer_book.models.bert.BERT` in eval mode), its
     ``tokenizer``, and ``fetched`` (the checkpoint's files and where they came from)."""
 
     model: BERT
@@ -59,7 +59,7 @@ def _head_parameters(model: BERT) -> int:
 
 def load_encoder(name: str | Checkpoint = "all-MiniLM-L6-v2", *, download: bool = True,
                  device: torch.device | str | None = None) -> PretrainedEncoder:
-    """A catalogue encoder as the book's :class:`BERT` (eval mode) with its tokenizer.
+    """A catalogue encoder as the book's :class:`~transformer_book.models.bert.BERT` (eval mode) with its tokenizer.
 
     Raises:
         CheckpointError: the checkpoint cannot be fetched or verified, or its files do not make a

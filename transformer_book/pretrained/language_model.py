@@ -67,7 +67,7 @@ class GGUFFile(NamedTuple):
 
 class PretrainedLM(NamedTuple):
     """What :func:`load_gguf` and :func:`load_language_model` return: the ``model`` (a
-    :class:`ModernGPT` in eval mode, float32), its ``tokenizer``, the ``chat_template`` (Jinja,
+    :class:`~transformer_book.models.modern.ModernGPT` in eval mode, float32), its ``tokenizer``, the ``chat_template`` (Jinja,
     or ``None``), the special ids (``bos_id``, ``eos_id``), the file's ``metadata`` and, through
     the catalogue, ``fetched`` (where the file came from)."""
 
@@ -217,7 +217,7 @@ def tokenizer_from_gguf(metadata: Mapping[str, Any]) -> ByteLevelBPE:
 
 def load_gguf(path: str | os.PathLike[str], *, device: torch.device | str | None = None,
               fetched: FetchedCheckpoint | None = None) -> PretrainedLM:
-    """A LLaMA-architecture GGUF file as the book's :class:`ModernGPT` (float32, eval mode) with its
+    """A LLaMA-architecture GGUF file as the book's :class:`~transformer_book.models.modern.ModernGPT` (float32, eval mode) with its
     tokenizer and chat template.
 
     Raises:

@@ -58,7 +58,7 @@ class GGUFTensor(NamedTuple):
 
 
 class GGUFFile(NamedTuple):
-    """A GGUF file read by :func:`read_gguf`: ``metadata`` (key -> value) and ``tensors`` (name -> :class:`GGUFTensor`)."""
+    """A GGUF file read by :func:`read_gguf`: ``metadata`` (key -> value) and ``tensors`` (name -> :class:`~transformer_book.pretrained.language_model.GGUFTensor`)."""
 
     path: Path
     metadata: dict[str, Any]
@@ -141,7 +141,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
 
 
 def modern_config_from_gguf(metadata: Mapping[str, Any]) -> ModernGPTConfig:
-    """The :class:`ModernGPTConfig` of a LLaMA-architecture GGUF file's metadata.
+    """The :class:`~transformer_book.models.modern.ModernGPTConfig` of a LLaMA-architecture GGUF file's metadata.
 
     Raises:
         CheckpointError: another architecture, a missing key, a rotary dimension other than the

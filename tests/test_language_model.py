@@ -254,6 +254,10 @@ def test_real_smollm2_equals_transformers_and_its_tokenizer_equals_tokenizers(sm
     with torch.no_grad():
         gap = (loaded.model(tokens) - reference(tokens).logits).abs().max().item()
     assert gap < 1e-4
+    ours = decoding.generate(loaded.model, prompt=tokens, max_new_tokens=64, eos_id=None)
+    with torch.no_grad():
+        theirs = reference.generate(tokens, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+    assert ours[0].tolist() == theirs[0, tokens.shape[1]:].tolist()          # 64 greedy tokens, the same
     file = language_model.read_gguf(smollm2)
     tokens_list = list(file.metadata["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ")) for m in file.metadata["tokenizer.ggml.merges"]]

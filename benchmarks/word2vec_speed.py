@@ -69,8 +69,12 @@ def _quality(vectors: np.ndarray, words: list[str], tests: dict) -> dict[str, fl
 def _gensim(sentences, architecture: str, epochs: int, dim: int, threads: int, seed: int):
     from gensim.models import Word2Vec
 
+    # The package's learning rates (word2vec's own defaults: 0.025 skip-gram, 0.05 CBOW, decaying to
+    # 1e-4 of that), so that the quality columns compare equal settings: gensim's default is 0.025 for both.
+    config = Word2VecConfig(architecture=architecture)
     model = Word2Vec(vector_size=dim, window=5, min_count=5, sg=int(architecture == "skipgram"), negative=5,
-                     sample=1e-3, workers=threads, seed=seed)
+                     sample=1e-3, workers=threads, seed=seed, alpha=config.initial_lr,
+                     min_alpha=config.initial_lr * config.min_lr_ratio)
     model.build_vocab(sentences)
     start = time.perf_counter()
     model.train(sentences, total_examples=model.corpus_count, epochs=epochs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from transformer_book.recipes.bert import (
     checkpoint_path,
     load_or_pretrain,
     load_study,
+    study_path,
     prepare_data,
     pretrain,
     recipe,
@@ -150,6 +152,15 @@ def test_validation_mlm_refuses_a_log_of_another_run():
     history = training.History(val_loss=[(3, 1.0)])
     with pytest.raises(ValueError, match="the log holds 0 validations, the history 1"):
         validation_mlm([{"training": True, "mlm": 1.0, "n_predictions": 2}], history)
+
+
+def test_the_study_is_written_where_it_is_read():
+    """`python -m transformer_book.recipes.bert study` writes the file that chapter 13's
+    load_study() reads (it once wrote beside recipes/bert.py, where nothing read it)."""
+    import transformer_book
+
+    assert study_path() == Path(transformer_book.__file__).resolve().parent / "studies" / "13_pretraining_study.json"
+    assert study_path().is_file() and load_study() == load_study(study_path())
 
 
 def test_the_shipped_study_is_complete_and_ranks_the_chosen_recipe_first():

@@ -16,12 +16,17 @@ each naming the problem and the figure or line:
     its default red, which readers with a red-green colour-vision deficiency cannot tell apart;
   - `progress_bar_problems`: an output keeps a progress bar stopped part-way ("35%|...| 904/2600"),
     which reads as a crashed run (the training loop leaves one summary line instead);
-  - `machine_path_problems`: the environment summary prints the build machine's data path.
+  - `machine_path_problems`: the environment summary prints the build machine's data path;
+  - `diagram_problems` (reads the SVG files): a schematic diagram (an SVG shown by a figure in the
+    chapter's text, not by a cell output) does not load, has no alt text, or a phone shrinks it so
+    far that its smallest text (its own smallest font size, scaled by the width it is shown at
+    over its viewBox's width) comes out below 5.5 pixels.
 """
 
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
@@ -52,6 +57,8 @@ class FigureSnapshot:
     images: list[dict] = field(default_factory=list)   # {src, natural, natural_height, asked, laptop,
                                                        #  phone, phone_height}: sizes in pixels
     outputs: list[str] = field(default_factory=list)   # each cell output's text
+    diagrams: list[dict] = field(default_factory=list)  # {src, natural, alt, laptop, phone}: the SVG images
+                                                        # of figures outside cell outputs; widths in pixels
 
 
 _IMAGES_JS = """
@@ -61,6 +68,15 @@ _IMAGES_JS = """
   asked: parseFloat(img.style.width) || parseFloat(img.getAttribute('width')) || null,
   shown: img.getBoundingClientRect().width,
   shownHeight: img.getBoundingClientRect().height}))
+"""
+# The schematic diagrams: SVG images of figures in the text (a MyST figure in a markdown cell), which
+# are not cell outputs. naturalWidth is the SVG's own width (0 when it failed to load).
+_DIAGRAMS_JS = """
+() => Array.from(document.querySelectorAll('figure img'))
+  .filter(img => !img.closest('.cell_output')
+          && /\\.svg$/i.test(new URL(img.currentSrc || img.src, document.baseURI).pathname))
+  .map(img => ({src: img.currentSrc || img.src, natural: img.naturalWidth, alt: img.getAttribute('alt') || '',
+                shown: img.getBoundingClientRect().width}))
 """
 _OUTPUTS_JS = """
 () => Array.from(document.querySelectorAll('.cell_output')).map(o => o.textContent)
@@ -84,16 +100,20 @@ def visit_figures(context, url: str) -> FigureSnapshot:
         page.set_viewport_size(LAPTOP)
         page.goto(url, wait_until="load")
         laptop = _images(page)
+        laptop_diagrams = page.evaluate(_DIAGRAMS_JS)
         outputs = page.evaluate(_OUTPUTS_JS)
         page.set_viewport_size(PHONE)
         page.wait_for_timeout(100)
         phone = _images(page)
+        phone_diagrams = page.evaluate(_DIAGRAMS_JS)
     finally:
         page.close()
     images = [{"src": a["src"], "natural": a["natural"], "natural_height": a["naturalHeight"], "asked": a["asked"],
                "laptop": a["shown"], "phone": b["shown"], "phone_height": b["shownHeight"]}
               for a, b in zip(laptop, phone)]
-    return FigureSnapshot(url=url, images=images, outputs=outputs)
+    diagrams = [{"src": a["src"], "natural": a["natural"], "alt": a["alt"], "laptop": a["shown"], "phone": b["shown"]}
+                for a, b in zip(laptop_diagrams, phone_diagrams)]
+    return FigureSnapshot(url=url, images=images, outputs=outputs, diagrams=diagrams)
 
 
 def _name(image: dict) -> str:
@@ -183,3 +203,73 @@ def progress_bar_problems(snap: FigureSnapshot) -> list[str]:
 def machine_path_problems(snap: FigureSnapshot) -> list[str]:
     return [f"the environment summary names the machine's data path: {m.group(0).strip()[:80]}"
             for output in snap.outputs for m in DATA_PATH.finditer(output)]
+
+
+# ---- schematic diagrams (SVG) ------------------------------------------------------------------
+
+_SVG = "{http://www.w3.org/2000/svg}"
+_TEXT_TAGS = {"text", "tspan", "textPath"}
+_DEFAULT_FONT = 16.0   # CSS "medium": what an SVG's text is set at when nothing gives a size
+
+
+def _font_size(value: str, parent: float) -> float:
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(px|pt|em|%)?\s*", value)
+    if not match:
+        raise ValueError(f"font-size {value!r} is not a plain size")
+    number, unit = float(match.group(1)), match.group(2)
+    return {None: number, "px": number, "pt": number * 4 / 3, "em": number * parent, "%": number * parent / 100}[unit]
+
+
+def svg_text_geometry(svg_text: str) -> tuple[float, float]:
+    """(width of the viewBox, smallest font size of any text) of an SVG, in its user units.
+
+    Font sizes come from font-size attributes or inline styles (the style wins), inherited from
+    the enclosing elements as SVG inherits them; only elements that hold characters count.
+    Raises ValueError for an SVG without a viewBox or without text.
+    """
+    root = ET.fromstring(svg_text)
+    box = [float(v) for v in re.split(r"[\s,]+", root.get("viewBox", "").strip()) if v]
+    if len(box) != 4 or box[2] <= 0:
+        raise ValueError(f"no usable viewBox ({root.get('viewBox')!r})")
+    sizes = []
+
+    def walk(element, inherited):
+        style = dict((k.strip(), v.strip()) for k, _, v in (p.partition(":") for p in element.get("style", "").split(";")))
+        own = style.get("font-size") or element.get("font-size")
+        size = _font_size(own, inherited) if own else inherited
+        holds_text = isinstance(element.tag, str) and element.tag.removeprefix(_SVG) in _TEXT_TAGS
+        if holds_text and ((element.text or "").strip() or any((c.tail or "").strip() for c in element)):
+            sizes.append(size)
+        for child in element:
+            walk(child, size)
+
+    walk(root, _DEFAULT_FONT)
+    if not sizes:
+        raise ValueError("no text")
+    return box[2], min(sizes)
+
+
+def diagram_problems(snap: FigureSnapshot, site: Path, base_url: str) -> list[str]:
+    """Each SVG diagram of the page loads, has alt text, and keeps its smallest text legible on a
+    phone: its smallest font size times the shown width over the viewBox's width is at least
+    MIN_TEXT_PX. The SVG is read from the built site (`site`, served at `base_url`)."""
+    problems = []
+    for diagram in snap.diagrams:
+        name = _name(diagram)
+        if not diagram["natural"]:
+            problems.append(f"diagram {name}: does not load (its image has no width)")
+            continue
+        if not (diagram["alt"] or "").strip():
+            problems.append(f"diagram {name}: no alt text")
+        try:
+            width, font = svg_text_geometry(_image_file(site, base_url, diagram["src"]).read_text(encoding="utf-8"))
+        except (OSError, ValueError, ET.ParseError) as error:
+            problems.append(f"diagram {name}: its SVG cannot be read ({error})")
+            continue
+        if diagram["phone"] < 1:
+            continue
+        text_px = font * diagram["phone"] / width
+        if text_px < MIN_TEXT_PX:
+            problems.append(f"diagram {name}: {width:g} units wide, shown at {diagram['phone']:.0f} px on a phone: its "
+                            f"{font:g}-unit text comes out {text_px:.1f} px high (under {MIN_TEXT_PX})")
+    return problems

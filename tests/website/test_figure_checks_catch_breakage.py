@@ -4,7 +4,8 @@ Each case serves a small page whose cell outputs hold figures drawn with matplot
 book's style, or as the pages used to draw them) or the text of a training cell, loads it in
 headless Chromium at a laptop's and a phone's width, and asserts that the check names the
 problem, or that it finds none. The page's column is as wide as the theme's on a phone
-(358 px) and images shrink to fit it, as they do on the site.
+(358 px) and images shrink to fit it, as they do on the site. The diagram check is also tried
+without a browser, on snapshots written by hand and on the book's own SVG files.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device
 <body><article>{}</article></body></html>"""
 
 
+def _svg(width, font):
+    """A diagram `width` units wide whose smallest text is `font` units (inherited from a <g>)."""
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="120" viewBox="0 0 {width} 120" '
+            f'font-family="sans-serif" font-size="16"><title>a diagram</title><desc>boxes</desc>'
+            f'<rect x="10" y="10" width="{width - 20}" height="100" fill="#0173B2" fill-opacity="0.2"/>'
+            f'<g font-size="{font}"><text x="20" y="60">query<tspan font-size="{font + 4}"> key</tspan></text></g></svg>')
+
+
 def _figure(path, width_in, dpi, colours=("C0", "C1")):
     fig, ax = plt.subplots(figsize=(width_in, 3), dpi=dpi)
     for k, colour in enumerate(colours):
@@ -42,6 +51,8 @@ def served(tmp_path_factory):
     _figure(root / "wide.png", 11, 200)                                    # retina, but too wide
     _figure(root / "green_red.png", 7, 200, ("tab:green", "tab:red"))
     _figure(root / "book_colours.png", 7, 200, (BOOK_COLOURS[2], BOOK_COLOURS[3]))
+    (root / "book_diagram.svg").write_text(_svg(700, 13), encoding="utf-8")
+    (root / "small_text_diagram.svg").write_text(_svg(700, 8), encoding="utf-8")
     pages = {
         "old": '<div class="cell_output"><img src="old.png" alt="a figure"></div>',
         # as myst-nb writes a retina PNG: the size to show it at as an inline style
@@ -59,6 +70,18 @@ def served(tmp_path_factory):
                     'GloVe: 100%|██████████| 3.21M/3.21M [00:31&lt;00:00, 103knz/s, loss=0.0123]\n'
                     "train: 904 of 2,600 steps, stopped by the 1,024 s time budget; 17:04 (0.88 steps/s); "
                     "training loss 1.2345 (mean of the last 100 steps)</pre></div>",
+        # as Sphinx writes a MyST figure of an SVG (in the text, not in a cell output)
+        "diagrams": '<style>figure { margin: 0; }</style>'   # the theme's figures span the column
+                    '<figure><img src="book_diagram.svg" style="width: 100%;" alt="a diagram of attention">'
+                    '<figcaption>Fig. 1</figcaption></figure>'
+                    '<figure><img src="small_text_diagram.svg" style="width: 100%;" alt="a diagram of masks">'
+                    '<figcaption>Fig. 2</figcaption></figure>'
+                    '<figure><img src="missing_diagram.svg" style="width: 100%;" alt="a diagram of heads">'
+                    '<figcaption>Fig. 3</figcaption></figure>'
+                    '<figure><img src="book_diagram.svg" style="width: 100%;" alt=""><figcaption>Fig. 4</figcaption>'
+                    '</figure>'
+                    '<div class="cell_output"><figure><img src="book_diagram.svg" width="700" alt="an output">'
+                    '</figure></div>',
         "path": '<div class="cell_output"><pre>torch threads    : 2\ndata directory   : /work/shared/data</pre></div>',
         "no_path": '<div class="cell_output"><pre>torch threads    : 2\ndata             : a local copy, from '
                    "$TB_DATA_DIR</pre></div>",
@@ -127,3 +150,59 @@ def test_the_machines_data_path_is_found(context, served):
     (problem,) = fc.machine_path_problems(snap(context, served, "path"))
     assert "/work/shared/data" in problem
     assert fc.machine_path_problems(snap(context, served, "no_path")) == []
+
+
+def test_a_diagram_that_fails_to_load_lacks_alt_text_or_is_too_small_on_a_phone_is_found(context, served):
+    root, url = served
+    snap_ = snap(context, served, "diagrams")
+    assert len(snap_.diagrams) == 4                        # the image of a cell output is not a diagram
+    good = snap_.diagrams[0]
+    assert good["natural"] == 700 and good["phone"] == 358 and good["laptop"] > 1000
+    problems = fc.diagram_problems(snap_, root, url)
+    assert len(problems) == 3, problems
+    small, missing, no_alt = problems
+    assert "small_text_diagram.svg" in small and "8-unit text comes out 4.1 px high" in small
+    assert "missing_diagram.svg" in missing and "does not load" in missing
+    assert "book_diagram.svg" in no_alt and "no alt text" in no_alt
+
+
+def _diagram(base, name, alt="a diagram of attention", natural=700, phone=342):
+    return {"src": f"{base}_images/{name}", "natural": natural, "alt": alt, "laptop": 757, "phone": phone}
+
+
+def test_the_diagram_check_judges_a_snapshot_without_a_browser(tmp_path):
+    base = "http://127.0.0.1:8000/"
+    (tmp_path / "_images").mkdir()
+    for name, width, font in [("book.svg", 700, 13), ("small.svg", 700, 9), ("wide.svg", 1400, 13)]:
+        (tmp_path / "_images" / name).write_text(_svg(width, font), encoding="utf-8")
+    (tmp_path / "_images" / "no_text.svg").write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 700 100"><rect width="9" height="9"/></svg>',
+        encoding="utf-8")
+
+    def judge(*diagrams):
+        return fc.diagram_problems(fc.FigureSnapshot(url=base, diagrams=list(diagrams)), tmp_path, base)
+
+    assert judge(_diagram(base, "book.svg")) == []                         # 13 units at 342/700: 6.4 px
+    (problem,) = judge(_diagram(base, "small.svg"))
+    assert "700 units wide, shown at 342 px" in problem and "9-unit text comes out 4.4 px high" in problem
+    (problem,) = judge(_diagram(base, "wide.svg"))
+    assert "1400 units wide" in problem and "3.2 px high" in problem
+    assert judge(_diagram(base, "wide.svg", phone=700)) == []               # shown wide enough, it passes
+    (problem,) = judge(_diagram(base, "book.svg", alt="  "))
+    assert "no alt text" in problem
+    (problem,) = judge(_diagram(base, "book.svg", natural=0))
+    assert "does not load" in problem
+    (problem,) = judge(_diagram(base, "absent.svg"))
+    assert "cannot be read" in problem
+    (problem,) = judge(_diagram(base, "no_text.svg"))
+    assert "cannot be read (no text)" in problem
+
+
+def test_the_books_diagrams_pass_the_check_on_a_phone():
+    """Every diagram of book/figures, shown at the theme's 342-px phone column, keeps its text at
+    MIN_TEXT_PX or more."""
+    figures = sorted((sc.REPO / "book" / "figures").glob("*.svg"))
+    assert figures, "no diagrams in book/figures"
+    for path in figures:
+        width, font = fc.svg_text_geometry(path.read_text(encoding="utf-8"))
+        assert font * 342 / width >= fc.MIN_TEXT_PX, f"{path.name}: {font:g} units of {width:g}"

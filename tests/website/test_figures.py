@@ -7,7 +7,10 @@ Chromium at a laptop's width and a phone's, for every chapter drawn in the book'
   - a figure shrunk to a phone keeps its proportions;
   - no figure pairs matplotlib's default green with its default red;
   - no output keeps a progress bar stopped part-way (training ends with one summary line);
-  - no environment summary prints the build machine's data path.
+  - no environment summary prints the build machine's data path;
+  - every schematic diagram (an SVG figure in a chapter's text) loads, has alt text, and keeps its
+    smallest text at 5.5 px or more on a phone; a chapter whose markdown shows diagrams shows them
+    all on its page.
 
 Every chapter is drawn in that style, and a test holds it: a chapter whose first cell loses the
 call fails it, since its stored figures would then come from matplotlib's defaults.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 import pytest
 
@@ -69,6 +73,22 @@ def test_figures_keep_their_proportions_on_a_phone(figures, doc):
 @pytest.mark.parametrize("doc", CHAPTERS)
 def test_no_figure_pairs_green_with_red(figures, doc, site, site_url):
     sc.fail_if(fc.red_green_problems(figures(doc), site, site_url), f"{doc}: colours")
+
+
+def _diagrams_in_source(doc: str) -> int:
+    """How many SVG images the chapter's markdown cells show with a figure directive."""
+    notebook = json.loads((sc.REPO / f"{doc}.ipynb").read_text(encoding="utf-8"))
+    markdown = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    return len(re.findall(r"^(?:`{3,}|:{3,})\{figure\}[ \t]+\S+\.svg[ \t]*$", markdown, re.MULTILINE | re.IGNORECASE))
+
+
+@pytest.mark.parametrize("doc", CHAPTERS)
+def test_diagrams_load_with_alt_text_and_are_legible_on_a_phone(figures, doc, site, site_url):
+    snap = figures(doc)
+    expected = _diagrams_in_source(doc)
+    assert len(snap.diagrams) == expected, (
+        f"{doc}: the page shows {len(snap.diagrams)} SVG diagrams, its markdown {expected}")
+    sc.fail_if(fc.diagram_problems(snap, site, site_url), f"{doc}: diagrams")
 
 
 @pytest.mark.parametrize("doc", CHAPTERS)

@@ -11,8 +11,9 @@ transposed: both store ``nn.Linear`` weights as ``(out, in)``. GPT-2 needs two m
 :math:`W^Q, W^K, W^V` side by side (split here); its GELU is the tanh approximation
 (``activation="gelu_tanh"``).
 
-``transformers`` is an optional dependency (``pip install transformer-book[pretrained]``); the
-functions here accept a model object or a plain state dict, so only the caller needs it.
+``transformers`` is an optional dependency (``pip install transformers accelerate``, or the extra
+``pretrained`` of a git install); the functions here accept a model object or a plain state dict,
+so only the caller needs it.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ __all__ = [
     "MAX_LEN", "INPUTS", "Recipe", "FIRST_EDITION", "STARTING_POINT", "recipe", "study_recipes", "ROUNDS",
     "train_config", "PretrainingData", "prepare_data", "training_batches", "validation_batches",
     "unigram_cross_entropy", "new_model", "pretrain", "seconds_per_step", "validation_mlm", "continue_pretraining",
-    "run_study", "load_study", "STUDY_FILE", "checkpoint_path", "load_or_pretrain",
+    "run_study", "load_study", "study_path", "STUDY_FILE", "checkpoint_path", "load_or_pretrain",
 ]
 
 MAX_LEN = 128
@@ -335,11 +335,13 @@ def continue_pretraining(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequ
 # ----------------------------------------------------------------------------- the compute study
 
 STUDY_FILE = "13_pretraining_study.json"
-"""The file (beside this module, in ``studies/``) that :func:`run_study` writes and :func:`load_study` reads."""
+"""The file (in the package's ``studies/`` folder) that :func:`run_study` writes and :func:`load_study` reads."""
 
 
-def _study_path() -> Path:
-    return Path(__file__).resolve().parent / "studies" / STUDY_FILE
+def study_path() -> Path:
+    """The package's study file, which :func:`run_study` writes by default and :func:`load_study`
+    reads by default: ``transformer_book/studies/13_pretraining_study.json``."""
+    return Path(str(resources.files("transformer_book").joinpath("studies", STUDY_FILE)))
 
 
 def validation_mlm(log: Sequence[dict[str, Any]], history: training.History) -> list[tuple[int, float]]:
@@ -404,7 +406,7 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
     takes that run's step time instead of a timing of its own, so that a later round is held to
     the clock of the first even on a busier machine.
     """
-    path = Path(output) if output is not None else _study_path()
+    path = Path(output) if output is not None else study_path()
     kept: list[dict[str, Any]] = []
     if merge and path.exists():
         earlier = json.loads(path.read_text())
@@ -453,11 +455,7 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
 
 def load_study(path: str | Path | None = None) -> dict[str, Any]:
     """The stored compute study (default: the one shipped with the package)."""
-    if path is None:
-        text = resources.files("transformer_book").joinpath("studies", STUDY_FILE).read_text()
-    else:
-        text = Path(path).read_text()
-    return json.loads(text)
+    return json.loads(Path(study_path() if path is None else path).read_text(encoding="utf-8"))
 
 
 # ----------------------------------------------------------------------------- chapters 14 and 15

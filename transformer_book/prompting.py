@@ -85,6 +85,15 @@ def _check_prompts(prompts: Sequence[Sequence[int]], context: int) -> None:
             raise ValueError(f"next_token_log_probs: prompt {i} has {len(prompt)} tokens; 1 to {context} are allowed")
 
 
+def _check_cached_prompts(model: GPT, prefix: Sequence[int], prompts: Sequence[Sequence[int]]) -> None:
+    if not hasattr(model, "decode_step"):
+        raise ValueError(f"next_token_log_probs_after: {type(model).__name__} has no decode_step (a key/value cache)")
+    if len(prefix) == 0:
+        raise ValueError("next_token_log_probs_after: the prefix is empty; use next_token_log_probs")
+    _check_prompts([[*prefix, *prompt] for prompt in prompts], model.config.context)
+    _check_prompts(prompts, model.config.context)
+
+
 def _check_calibration(scores: torch.Tensor, content_free: torch.Tensor) -> None:
     if scores.dim() != 2 or content_free.reshape(-1).shape[0] != scores.shape[1]:
         raise ValueError(f"calibrate: scores {tuple(scores.shape)} and content-free scores "
@@ -206,12 +215,7 @@ def next_token_log_probs_after(model: GPT, prefix: Sequence[int], prompts: Seque
         ValueError: an empty prefix or prompt, one that makes the whole longer than the model's
             context, or a model without ``decode_step``.
     """
-    if not hasattr(model, "decode_step"):
-        raise ValueError(f"next_token_log_probs_after: {type(model).__name__} has no decode_step (a key/value cache)")
-    if len(prefix) == 0:
-        raise ValueError("next_token_log_probs_after: the prefix is empty; use next_token_log_probs")
-    _check_prompts([[*prefix, *prompt] for prompt in prompts], model.config.context)
-    _check_prompts(prompts, model.config.context)
+    _check_cached_prompts(model, prefix, prompts)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

@@ -10,8 +10,12 @@ two markers in ``README.md``::
     ...
     <!-- END generated: NAME -->
 
-``python .ci/front_pages.py`` rewrites the blocks; ``--check`` exits with status 1 and a diff when
-one is stale (``tests/test_front_pages.py`` runs the same check).
+Each chapter also opens its set-up with a generated box (a markdown cell tagged ``run-facts``): the
+time its stored outputs took, and what it loads from another chapter's file or fetches, with how
+long that chapter takes to train it.
+
+``python .ci/front_pages.py`` rewrites the blocks and the boxes; ``--check`` exits with status 1 and
+a diff when one is stale (``tests/test_front_pages.py`` runs the same check).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ NEEDS = [
     (re.compile(r"\bload_encoder\("), "all-MiniLM-L6-v2 (package index)"),
     (re.compile(r"\bload_language_model\(|\btokenizer_from_gguf\("), "SmolLM2-135M-Instruct (package index)"),
 ]
+RUN_FACTS_TAG = "run-facts"     # the tag of the generated markdown cell before a chapter's first code cell
 
 
 def _book_tables():
@@ -109,6 +114,70 @@ def run_times() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _minutes(path: Path) -> float | None:
+    s = _book_tables().notebook_status(path)
+    return (s["finished"] - s["started"]).total_seconds() / 60 if s["started"] and s["finished"] else None
+
+
+def _format_minutes(minutes: float) -> str:
+    if minutes < 1:
+        return f"{60 * minutes:.0f} seconds"
+    return f"{minutes:.1f} minutes" if minutes < 10 else f"{minutes:.0f} minutes"
+
+
+def run_facts(path: Path) -> str:
+    """The box a chapter opens its set-up with: its stored run's time on the CPU, and what it loads."""
+    from transformer_book.pretrained.catalogue import CATALOGUE
+
+    status = _book_tables().notebook_status(path)
+    threads = status["summary"].get("torch threads", "?")
+    minutes = _minutes(path)
+    ran = (f"The outputs on this page took {_format_minutes(minutes)} to compute in the `full` profile on "
+           f"{threads} CPU thread{'' if threads == '1' else 's'} (their last run, {status['finished']:%Y-%m-%d})."
+           if minutes is not None else "The outputs on this page carry no timings.")
+    lines = [f"```{{admonition}} Running this chapter", ":class: tip", ran]
+    chapter_of = {"chapter 7's translators": "07", "chapter 9's GPT": "09", "chapter 13's BERT": "13"}
+    own = []
+    for need in needs(path):
+        if need in chapter_of:
+            (source,) = (ROOT / "book").glob(f"{chapter_of[need]}_*.ipynb")
+            took = _minutes(source)
+            it = "them" if need.endswith("s") else "it"
+            own.append(f"{need} from the cache, training {it} first when the cache has none (chapter "
+                       f"{int(chapter_of[need])} runs in {_format_minutes(took) if took else 'an unrecorded time'} "
+                       f"on two cores, most of it that training)")
+        else:
+            name = need.split(" (")[0]
+            entry = CATALOGUE[name]
+            size = sum(f.size for f in entry.files) / 1e6
+            own.append(f"{name} from the cache, else from the package index ({size:.0f} MB, fetched once)")
+    if own:
+        lines.append("It loads " + "; ".join(own) + ".")
+    lines.append("On a Colab-class GPU the chapter has not been timed yet.")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def render_notebook(path: Path) -> str | None:
+    """The notebook's JSON text with its run-facts cell (re)generated; ``None`` if already current."""
+    import nbformat
+
+    text = path.read_text(encoding="utf-8")
+    notebook = nbformat.reads(text, as_version=4)
+    facts = run_facts(path)
+    cells = [c for c in notebook.cells if RUN_FACTS_TAG in c.metadata.get("tags", [])]
+    if len(cells) > 1:
+        raise ValueError(f"{path.name}: {len(cells)} cells tagged {RUN_FACTS_TAG!r}")
+    if cells and cells[0].source == facts:
+        return None
+    if cells:
+        cells[0].source = facts
+    else:
+        first_code = next(i for i, c in enumerate(notebook.cells) if c.cell_type == "code")
+        notebook.cells.insert(first_code, nbformat.v4.new_markdown_cell(facts, metadata={"tags": [RUN_FACTS_TAG]}))
+    return nbformat.writes(notebook) + "\n"
+
+
 GENERATORS = {"chapters": chapter_list, "run-times": run_times}
 
 
@@ -140,13 +209,18 @@ def main() -> int:
     args = parser.parse_args()
     text = README.read_text(encoding="utf-8")
     fresh = render(text)
+    stale = {path: notebook for path in (p for _, paths in chapters() for p in paths)
+             if (notebook := render_notebook(path)) is not None}
     if args.check:
         if fresh != text:
             sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), fresh.splitlines(True), "README.md",
                                                        "README.md (generated)"))
-            return 1
-        return 0
+        for path in stale:
+            print(f"{path.relative_to(ROOT)}: its {RUN_FACTS_TAG!r} cell is stale")
+        return int(fresh != text or bool(stale))
     README.write_text(fresh, encoding="utf-8")
+    for path, notebook in stale.items():
+        path.write_text(notebook, encoding="utf-8")
     return 0
 
 

@@ -414,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="run only these scripts (names without .py)")
     parser.add_argument("--output-dir", type=Path, default=None,
                         help="default: results/ for the CPU, results/cuda/ for a GPU")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the stored summary's rows of the scripts not run now (with --only): refresh some "
+                             "rows without running everything; each row keeps the date it was measured")
     parser.add_argument("--reassess", type=Path, default=None, metavar="SUMMARY_JSON",
                         help="re-apply the current aims and measured causes to a stored summary.json (and rewrite "
                              "its summary.md) without running anything")
@@ -449,8 +452,24 @@ def main(argv: list[str] | None = None) -> int:
                 assess(row, args.device)
             rows.extend(produced)
             print(f"{name}: {len(produced)} comparisons in {seconds:.0f} s", file=sys.stderr)
-    document = {"device": args.device, "smoke": args.smoke, "machine": machine(),
-                "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows, "failed": failed}
+    finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for row in rows:
+        row["measured"] = finished
+    stored = args.output_dir / "summary.json"
+    if args.merge and stored.exists():
+        earlier = json.loads(stored.read_text())
+        if (earlier["device"], earlier["smoke"]) != (args.device, args.smoke):
+            raise SystemExit(f"--merge: {stored} holds a {earlier['device']} run (smoke {earlier['smoke']}), "
+                             f"not {args.device} (smoke {args.smoke})")
+        ran = {row["benchmark"] for row in rows} | set(failed)
+        kept = [dict(row, measured=row.get("measured", earlier["finished"])) for row in earlier["rows"]
+                if row.get("benchmark") not in ran]
+        order = [row.get("benchmark") for row in earlier["rows"]]
+        rows = sorted(kept + rows, key=lambda row: order.index(row["benchmark"]) if row["benchmark"] in order
+                      else len(order))
+        failed = {**{k: v for k, v in earlier.get("failed", {}).items() if k not in ran}, **failed}
+    document = {"device": args.device, "smoke": args.smoke, "machine": machine(), "finished": finished, "rows": rows,
+                "failed": failed}
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / "summary.json").write_text(json.dumps(document, indent=2) + "\n")
     (args.output_dir / "summary.md").write_text(markdown(document))

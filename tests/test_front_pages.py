@@ -86,3 +86,20 @@ def test_what_a_chapter_needs_is_read_from_its_code() -> None:
     assert by_chapter["08"] == ["chapter 7's translators"]
     assert "chapter 9's GPT" not in by_chapter["09"]          # a chapter does not need itself
     assert "chapter 13's BERT" in by_chapter["14"] and "chapter 9's GPT" in by_chapter["20"]
+
+
+@pytest.mark.parametrize("path", [p for _, paths in fp.chapters() for p in paths], ids=lambda p: p.name)
+def test_every_chapter_opens_with_its_current_run_facts(path: Path) -> None:
+    """The box before a chapter's first code cell states its stored run's time and what it loads."""
+    assert fp.render_notebook(path) is None, f"{path.name}: run python .ci/front_pages.py"
+
+
+def test_the_run_facts_say_what_a_chapter_loads_and_how_long_its_source_takes() -> None:
+    (lora_chapter,) = (ROOT / "book").glob("20_*.ipynb")
+    facts = fp.run_facts(lora_chapter)
+    assert facts.startswith("```{admonition} Running this chapter") and facts.endswith("```")
+    assert "chapter 9's GPT from the cache, training it first" in facts
+    assert "chapter 13's BERT from the cache, training it first" in facts
+    assert "SmolLM2-135M-Instruct from the cache, else from the package index (98 MB" in facts
+    (first,) = (ROOT / "book").glob("01_*.ipynb")
+    assert "It loads" not in fp.run_facts(first)

@@ -255,8 +255,11 @@ def test_real_smollm2_equals_transformers_and_its_tokenizer_equals_tokenizers(sm
         gap = (loaded.model(tokens) - reference(tokens).logits).abs().max().item()
     assert gap < 1e-4
     ours = decoding.generate(loaded.model, prompt=tokens, max_new_tokens=64, eos_id=None)
+    # 64 tokens on both sides, through the end-of-turn token: transformers' min_new_tokens would instead
+    # forbid that token until the 64th, which is another decoding rule, not greedy decoding
+    reference.generation_config.eos_token_id = None
     with torch.no_grad():
-        theirs = reference.generate(tokens, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+        theirs = reference.generate(tokens, max_new_tokens=64, do_sample=False, pad_token_id=0)
     assert ours[0].tolist() == theirs[0, tokens.shape[1]:].tolist()          # 64 greedy tokens, the same
     file = language_model.read_gguf(smollm2)
     tokens_list = list(file.metadata["tokenizer.ggml.tokens"])

@@ -261,8 +261,8 @@ def test_every_chapter_that_records_has_its_results_file(path: Path):
 def _recorded_metric_templates(path: Path) -> list[re.Pattern]:
     """The metric names a chapter passes to ``record(chapter, metric, ...)`` as f-strings, as
     patterns: the literal parts as they are, every ``{...}`` field one or more characters."""
-    source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line     # IPython magics are not Python
-                       for line in _code(path).split("\n"))
+    source = "\n".join(line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!"))
+                       else line for line in _code(path).split("\n"))   # IPython magics are not Python
     tree = ast.parse(source)
     # the argument that names the metric: record's second; and a chapter's own helper's argument that it
     # passes on to record as the metric (def record_sst(metric, ...): ... record(chapter, metric, ...))

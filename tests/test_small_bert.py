@@ -20,6 +20,7 @@ from transformer_book.models.bert import BERT, BERTConfig
 from transformer_book.models.bert import evaluate_pretraining
 from transformer_book.recipes.bert import (
     FIRST_EDITION,
+    GPU_RECIPE,
     INPUTS,
     MAX_LEN,
     ROUNDS,
@@ -48,8 +49,12 @@ def test_recipe_per_device_and_profile():
     assert (quick.d_model, quick.n_layers, quick.vocab_size, quick.n_documents, quick.steps) == (32, 1, 2_000, 150, 20)
     assert recipe("cuda", "quick") == quick == recipe(torch.device("cuda:0"), "quick")
     assert recipe("cpu", "full") == Recipe() == recipe(torch.device("cpu"), "full")
-    gpu = recipe("cuda", "full")
-    assert gpu == recipe("cuda:1", "full") and gpu.d_model == 256 and gpu.n_layers == 4 and gpu.batch == 128
+    # on a GPU the chapters' model stays the one chapters 14, 15 and 20 were written for
+    assert recipe("cuda", "full") == recipe("cuda:1", "full") == Recipe()
+    gpu = GPU_RECIPE
+    assert gpu.d_model == 256 and gpu.n_layers == 4 and gpu.batch == 128
+    with pytest.raises(RuntimeError):
+        recipe("gpu", "full")                                  # not a device name
     for r in (quick, Recipe(), gpu):
         BERT(r.bert_config(r.vocab_size))                      # every recipe makes a valid model
     assert MAX_LEN == 128

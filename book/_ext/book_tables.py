@@ -448,7 +448,9 @@ class BenchmarkTable(_BookTableDirective):
             where = f"one {machine['cuda']} ({machine.get('cpu_count', '?')} CPU cores)"
         else:
             where = f"{machine.get('machine', '?')} ({machine.get('system', '?')}, {machine.get('cpu_count', '?')} CPU cores)"
-        intro = (f"Measured {escape(summary.get('finished', '?'))} on {escape(where)}, with Python "
+        dates = sorted({row.get("measured", summary.get("finished", "?")) for row in rows_data}) or [summary.get("finished", "?")]
+        when = escape(dates[0]) if len(dates) <= 1 else f"from {escape(dates[0])} to {escape(dates[-1])} (rows refreshed alone)"
+        intro = (f"Measured {when} on {escape(where)}, with Python "
                  f"{escape(machine.get('python', '?'))} and PyTorch {escape(machine.get('torch', '?'))}.")
         if summary.get("smoke"):
             intro += " *A smoke run: tiny sizes and one round, whose timings mean nothing.*"

@@ -1,8 +1,10 @@
-"""Intrinsic evaluation of static word vectors: word similarity and word analogies (chapter 10).
+"""Intrinsic evaluation of static word vectors: word similarity and word analogies (chapter 10),
+and the Word Embedding Association Test of bias (chapter 11).
 
 The benchmark files are the copies that ship inside the gensim wheel (``gensim.test.utils.datapath``),
 so the evaluation works offline: WordSim-353 (Finkelstein et al. 2002), SimLex-999 (Hill et al. 2015)
-and the Google analogy set (Mikolov et al. 2013). gensim is needed only by the two loaders.
+and the Google analogy set (Mikolov et al. 2013). gensim is needed only by the two loaders. The
+WEAT's word lists (Caliskan et al. 2017) are short, and live here as data (:data:`WEAT_TESTS`).
 
 Words are matched exactly (the loaders lower-case the benchmarks, so lower-case vocabularies
 match). When a word occurs twice in ``words``, its first row is used.
@@ -10,14 +12,17 @@ match). When a word occurs twice in ``words``, its first row is used.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from scipy import stats
+
+from transformer_book import checks
 
 __all__ = [
     "SIMILARITY_DATASETS",
@@ -27,6 +32,11 @@ __all__ = [
     "load_analogies",
     "word_similarity",
     "analogy_accuracy",
+    "WEATTest",
+    "WEAT_TESTS",
+    "WEATResult",
+    "weat",
+    "weat_from_vectors",
 ]
 
 SIMILARITY_DATASETS: dict[str, str] = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt"}
@@ -388,3 +398,281 @@ def _solve(vectors: np.ndarray, abc: np.ndarray, method: str) -> np.ndarray:
             score.scatter_(1, block, -math.inf)  # d' must differ from a, b and c
             answers.append(score.argmax(dim=1))
     return torch.cat(answers).numpy()
+
+
+# --------------------------------------------------------------------------------------
+# Bias: the Word Embedding Association Test
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WEATTest:
+    """The four word lists of one Word Embedding Association Test.
+
+    Attributes:
+        targets_x, targets_y: the two target lists :math:`X` and :math:`Y` (flowers, insects).
+        attributes_a, attributes_b: the two attribute lists :math:`A` and :math:`B` (pleasant,
+            unpleasant); a positive effect size means :math:`X` is nearer :math:`A` than
+            :math:`Y` is.
+        names: what the four lists are, in the order ``(X, Y, A, B)``.
+    """
+
+    targets_x: tuple[str, ...]
+    targets_y: tuple[str, ...]
+    attributes_a: tuple[str, ...]
+    attributes_b: tuple[str, ...]
+    names: tuple[str, str, str, str]
+
+    @property
+    def word_lists(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """``(X, Y, A, B)``, in the order :func:`weat` takes them."""
+        return self.targets_x, self.targets_y, self.attributes_a, self.attributes_b
+
+
+WEAT_TESTS: dict[str, WEATTest] = {
+    "weat1": WEATTest(
+        targets_x=("aster", "clover", "hyacinth", "marigold", "poppy", "azalea", "crocus", "iris", "orchid", "rose",
+                   "bluebell", "daffodil", "lilac", "pansy", "tulip", "buttercup", "daisy", "lily", "peony",
+                   "violet", "carnation", "gladiola", "magnolia", "petunia", "zinnia"),
+        targets_y=("ant", "caterpillar", "flea", "locust", "spider", "bedbug", "centipede", "fly", "maggot",
+                   "tarantula", "bee", "cockroach", "gnat", "mosquito", "termite", "beetle", "cricket", "hornet",
+                   "moth", "wasp", "blackfly", "dragonfly", "horsefly", "roach", "weevil"),
+        attributes_a=("caress", "freedom", "health", "love", "peace", "cheer", "friend", "heaven", "loyal",
+                      "pleasure", "diamond", "gentle", "honest", "lucky", "rainbow", "diploma", "gift", "honor",
+                      "miracle", "sunrise", "family", "happy", "laughter", "paradise", "vacation"),
+        attributes_b=("abuse", "crash", "filth", "murder", "sickness", "accident", "death", "grief", "poison",
+                      "stink", "assault", "disaster", "hatred", "pollute", "tragedy", "divorce", "jail", "poverty",
+                      "ugly", "cancer", "kill", "rotten", "vomit", "agony", "prison"),
+        names=("flowers", "insects", "pleasant", "unpleasant"),
+    ),
+    "weat6": WEATTest(
+        targets_x=("John", "Paul", "Mike", "Kevin", "Steve", "Greg", "Jeff", "Bill"),
+        targets_y=("Amy", "Joan", "Lisa", "Sarah", "Diana", "Kate", "Ann", "Donna"),
+        attributes_a=("executive", "management", "professional", "corporation", "salary", "office", "business",
+                      "career"),
+        attributes_b=("home", "parents", "children", "family", "cousins", "marriage", "wedding", "relatives"),
+        names=("male names", "female names", "career", "family"),
+    ),
+    "weat7": WEATTest(
+        targets_x=("math", "algebra", "geometry", "calculus", "equations", "computation", "numbers", "addition"),
+        targets_y=("poetry", "art", "dance", "literature", "novel", "symphony", "drama", "sculpture"),
+        attributes_a=("male", "man", "boy", "brother", "he", "him", "his", "son"),
+        attributes_b=("female", "woman", "girl", "sister", "she", "her", "hers", "daughter"),
+        names=("math", "arts", "male terms", "female terms"),
+    ),
+}
+"""Three of the ten tests of Caliskan, Bryson and Narayanan, *Semantics derived automatically from
+language corpora contain human-like biases*, Science 356 (2017), 183-186: WEAT 1 (flowers and
+insects against pleasant and unpleasant words), WEAT 6 (male and female first names against
+career and family words) and WEAT 7 (mathematics and arts against male and female terms). The
+word lists are the stimuli listed in the paper's supplementary material (which took them from
+the Implicit Association Test studies it replicates), in its order and spelling, names
+capitalised: transcribed from copies of that list (a transcription of the supplementary text
+and the word-level test files released with May et al.'s SEAT code, which agree), not from the
+PDF itself. Lower-case them for a lower-cased vocabulary."""
+
+_EXACT_CHUNK = 1 << 16  # partitions :func:`weat_from_vectors` enumerates at once
+_SAMPLE_CHUNK = 1 << 13  # partitions it draws at once
+
+
+@dataclass(frozen=True)
+class WEATResult:
+    """Outcome of :func:`weat` and :func:`weat_from_vectors`.
+
+    Attributes:
+        effect_size: :math:`d`, between :math:`-2` and :math:`2`; positive when :math:`X` is
+            nearer :math:`A` (and :math:`Y` nearer :math:`B`) than the other way round. NaN when
+            every target word has the same association :math:`s` (the standard deviation is zero).
+        p_value: the one-sided permutation p-value of :math:`S`, the share of equal-size
+            partitions of :math:`X \\cup Y` whose statistic is at least the observed one.
+        statistic: :math:`S(X, Y, A, B)`.
+        sizes: ``(|X|, |Y|, |A|, |B|)``, the vectors used (after dropping and trimming).
+        missing: the words of the four lists not in the vocabulary, dropped (list order).
+        trimmed: target words in the vocabulary left out so that :math:`|X| = |Y|` (the last
+            words of the longer list).
+        permutations: the partitions the p-value was computed over.
+        exact: ``True`` when that was every partition, ``False`` for a random sample of them.
+    """
+
+    effect_size: float
+    p_value: float
+    statistic: float
+    sizes: tuple[int, int, int, int]
+    missing: tuple[str, ...] = ()
+    trimmed: tuple[str, ...] = ()
+    permutations: int = 0
+    exact: bool = True
+
+
+def _check_set(caller: str, name: str, vectors: object, width: int | None) -> np.ndarray:
+    """One set of :func:`weat_from_vectors` as a float64 ``(n, d)`` array of unit rows."""
+    array = np.asarray(vectors.detach().cpu() if isinstance(vectors, torch.Tensor) else vectors)
+    if array.ndim != 2:
+        raise ValueError(f"{caller}: {name} must be a 2-D (n, d) array of vectors, got shape {array.shape}")
+    if not np.issubdtype(array.dtype, np.number) or np.iscomplexobj(array):
+        raise ValueError(f"{caller}: {name} must hold real numbers, got dtype {array.dtype}")
+    if array.shape[0] < 2:
+        raise ValueError(f"{caller}: {name} has {array.shape[0]} vector(s); the test needs at least 2 per set")
+    if width is not None and array.shape[1] != width:
+        raise ValueError(f"{caller}: {name} has vectors of width {array.shape[1]}, targets_x of width {width}")
+    array = array.astype(np.float64, copy=False)
+    if not np.isfinite(array).all():
+        raise ValueError(f"{caller}: {name} contains NaN or infinite values")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    if not norms.all():
+        raise ValueError(f"{caller}: {name} has a zero vector (row {int(np.flatnonzero(norms == 0)[0])}); "
+                         "the cosine is undefined for it")
+    return array / norms
+
+
+def weat_from_vectors(
+    targets_x: np.ndarray | torch.Tensor,
+    targets_y: np.ndarray | torch.Tensor,
+    attributes_a: np.ndarray | torch.Tensor,
+    attributes_b: np.ndarray | torch.Tensor,
+    *,
+    permutations: int = 100_000,
+    seed: int = 0,
+) -> WEATResult:
+    """The Word Embedding Association Test (Caliskan et al. 2017) on four sets of vectors.
+
+    Each target vector :math:`w` is scored by how much nearer it is, in mean cosine, to the
+    attribute set :math:`A` than to :math:`B`,
+
+    .. math::
+
+        s(w, A, B) = \\operatorname{mean}_{a \\in A} \\cos(w, a) - \\operatorname{mean}_{b \\in B} \\cos(w, b),
+
+    and the two target sets are compared by the effect size, a difference of means in units of
+    the sample standard deviation (``ddof = 1``) over both sets,
+
+    .. math::
+
+        d = \\frac{\\operatorname{mean}_{x \\in X} s(x, A, B) - \\operatorname{mean}_{y \\in Y} s(y, A, B)}
+                 {\\operatorname{std}_{w \\in X \\cup Y} s(w, A, B)},
+
+    which lies strictly between :math:`-2` and :math:`2`: with :math:`n = |X| = |Y|`, at most
+    :math:`2 \\sqrt{(2n - 1) / (2n)}` in size, reached when :math:`s` is constant within each set.
+    Its significance is that of the statistic
+
+    .. math::
+
+        S(X, Y, A, B) = \\sum_{x \\in X} s(x, A, B) - \\sum_{y \\in Y} s(y, A, B)
+
+    under relabelling: the one-sided p-value is the share of the partitions :math:`(X_i, Y_i)` of
+    :math:`X \\cup Y` into two halves of size :math:`n` with :math:`S(X_i, Y_i, A, B) \\ge S(X, Y, A, B)`
+    (the paper writes :math:`>`; counting ties, the observed partition included, is the usual
+    convention and keeps an exact p-value at least one over the number of partitions; ties are
+    judged to a relative :math:`10^{-12}`, against rounding). When there are at most
+    ``permutations`` partitions, :math:`\\binom{2n}{n}`, all are enumerated (``exact``); else
+    ``permutations`` of them are drawn uniformly with ``numpy.random.default_rng(seed)`` and the
+    p-value is :math:`(1 + \\#\\{S_i \\ge S\\}) / (1 + \\text{permutations})`, counting the observed
+    partition as one of the draws, so that a sampled p-value is never 0.
+
+    Args:
+        targets_x, targets_y: ``(n, d)`` arrays (or tensors) of target vectors, ``n >= 2``.
+        attributes_a, attributes_b: ``(n_a, d)`` and ``(n_b, d)`` attribute vectors, at least 2 each.
+        permutations: the most partitions to enumerate, and the number to draw when there are more.
+        seed: the seed of the draws (unused when exact).
+
+    Returns:
+        A :class:`WEATResult` (``missing`` and ``trimmed`` empty).
+
+    Raises:
+        ValueError: a set not 2-D, of fewer than 2 vectors, of another width than ``targets_x``,
+            holding a zero or non-finite vector; ``targets_x`` and ``targets_y`` of different
+            sizes; ``permutations`` not a positive int or ``seed`` not a non-negative int.
+    """
+    caller = "weat_from_vectors"
+    checks.positive_int(caller, permutations=permutations)
+    checks.non_negative_int(caller, seed=seed)
+    x = _check_set(caller, "targets_x", targets_x, None)
+    y, a, b = (_check_set(caller, name, v, x.shape[1]) for name, v in
+               [("targets_y", targets_y), ("attributes_a", attributes_a), ("attributes_b", attributes_b)])
+    if len(x) != len(y):
+        raise ValueError(f"{caller}: targets_x has {len(x)} vectors and targets_y {len(y)}; the permutation test "
+                         "needs target sets of equal size")
+    w = np.concatenate([x, y])  # (2n, d) unit rows
+    s = (w @ a.T).mean(axis=1) - (w @ b.T).mean(axis=1)  # s(w, A, B) for each target, (2n,)
+    n = len(x)
+    statistic = float(s[:n].sum() - s[n:].sum())
+    if np.ptp(s) > 0:
+        effect = float((s[:n].mean() - s[n:].mean()) / np.std(s, ddof=1))
+    else:
+        effect = math.nan  # s is the same for every target: d is 0 / 0
+
+    # S_i = 2 * sum_{X_i} s - sum(s): comparing S_i with S is comparing the sums over the X halves
+    observed, tolerance = s[:n].sum(), 1e-12 * float(np.abs(s).sum())
+    total = math.comb(2 * n, n)
+    exact = total <= permutations
+    at_least = 0
+    if exact:
+        halves = itertools.combinations(range(2 * n), n)
+        while chunk := list(itertools.islice(halves, _EXACT_CHUNK)):
+            at_least += int((s[np.array(chunk)].sum(axis=1) >= observed - tolerance).sum())
+        p_value, used = at_least / total, total
+    else:
+        rng = np.random.default_rng(seed)
+        for start in range(0, permutations, _SAMPLE_CHUNK):
+            keys = rng.random((min(_SAMPLE_CHUNK, permutations - start), 2 * n))
+            chosen = np.argpartition(keys, n - 1, axis=1)[:, :n]  # a uniform random half per row
+            at_least += int((s[chosen].sum(axis=1) >= observed - tolerance).sum())
+        p_value, used = (1 + at_least) / (1 + permutations), permutations
+    return WEATResult(effect_size=effect, p_value=float(p_value), statistic=statistic,
+                      sizes=(n, n, len(a), len(b)), permutations=used, exact=exact)
+
+
+def weat(
+    vectors: np.ndarray,
+    words: Sequence[str],
+    targets_x: Sequence[str],
+    targets_y: Sequence[str],
+    attributes_a: Sequence[str],
+    attributes_b: Sequence[str],
+    *,
+    permutations: int = 100_000,
+    seed: int = 0,
+) -> WEATResult:
+    """The Word Embedding Association Test (Caliskan et al. 2017) on four lists of words.
+
+    Looks the words up in ``words`` (exactly: lower-case the lists for a lower-cased vocabulary),
+    drops those that are missing, reporting them in ``missing``, and, when the two target lists
+    are then of different sizes, keeps the first :math:`\\min(|X|, |Y|)` words of each in list
+    order, reporting the others in ``trimmed``. The test itself is :func:`weat_from_vectors`,
+    whose equations and p-value this returns.
+
+    Args:
+        vectors: ``(|V|, d)`` array; row ``i`` is the vector of ``words[i]``.
+        words: the ``|V|`` words.
+        targets_x, targets_y, attributes_a, attributes_b: the four word lists, e.g. the fields
+            of one of :data:`WEAT_TESTS`.
+        permutations, seed: as in :func:`weat_from_vectors`.
+
+    Returns:
+        A :class:`WEATResult`.
+
+    Raises:
+        ValueError: a list given as a single str; fewer than 2 words of a list in the vocabulary
+            (the message names the list and its missing words); bad ``vectors`` as in
+            :func:`word_similarity`; or bad ``permutations`` or ``seed``.
+    """
+    vectors = _check_vectors("weat", vectors, words)
+    index = _first_index(words)
+    rows, missing = {}, []
+    for name, listed in [("targets_x", targets_x), ("targets_y", targets_y),
+                         ("attributes_a", attributes_a), ("attributes_b", attributes_b)]:
+        if isinstance(listed, str):
+            raise ValueError(f"weat: {name} must be a list of words, got the single str {listed!r}")
+        absent = [word for word in listed if word not in index]
+        rows[name] = [index[word] for word in listed if word in index]
+        missing += absent
+        if len(rows[name]) < 2:
+            raise ValueError(f"weat: only {len(rows[name])} of the {len(listed)} words of {name} are in the "
+                             f"vocabulary (missing: {', '.join(absent[:10])}{', ...' if len(absent) > 10 else ''}); "
+                             "the test needs at least 2 per list")
+    n = min(len(rows["targets_x"]), len(rows["targets_y"]))
+    trimmed = [words[i] for name in ("targets_x", "targets_y") for i in rows[name][n:]]
+    result = weat_from_vectors(vectors[rows["targets_x"][:n]], vectors[rows["targets_y"][:n]],
+                               vectors[rows["attributes_a"]], vectors[rows["attributes_b"]],
+                               permutations=permutations, seed=seed)
+    return replace(result, missing=tuple(missing), trimmed=tuple(trimmed))

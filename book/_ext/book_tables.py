@@ -350,6 +350,9 @@ class ResultsTable(_BookTableDirective):
 
 def split_clauses(notes: str) -> list[str]:
     """A note's clauses: its parts between semicolons (commas stay inside a clause)."""
+    # a prompt quoted with Python's escape for a line break ("Review: <text>\\nSentiment:") shows the
+    # break as the symbol a reader knows, not as a backslash that reads like TeX
+    notes = notes.replace("\\n", "\u21b5")
     return [part.strip() for part in notes.split(";") if part.strip()]
 
 

@@ -98,17 +98,15 @@ def chapter_list() -> str:
 
 
 def run_times() -> str:
-    status = _book_tables().notebook_status
     lines = ["| Chapter | Full profile, last stored run | Threads | Loads or fetches |", "| --- | --- | --- | --- |"]
     for _, paths in chapters():
         for path in paths:
-            s = status(path)
-            if s["started"] and s["finished"]:
-                minutes = (s["finished"] - s["started"]).total_seconds() / 60
-                when = f"{minutes:.1f} min" if minutes < 10 else f"{minutes:.0f} min"
-            else:
+            minutes = _minutes(path)
+            if minutes is None:
                 when = "not recorded"
-            threads = s["summary"].get("torch threads", "–")
+            else:
+                when = f"{minutes:.1f} min" if minutes < 10 else f"{minutes:.0f} min"
+            threads = _book_tables().notebook_status(path)["summary"].get("torch threads", "–")
             lines.append(f"| {int(path.name[:2])}. {title(path)} | {when} | {threads} | "
                          f"{', '.join(needs(path)) or '–'} |")
     return "\n".join(lines) + "\n"

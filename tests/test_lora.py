@@ -16,7 +16,7 @@ from torch import nn
 from transformer_book.attention import MultiHeadAttention
 from transformer_book.lora import LoRALinear, apply_lora, lora_state_dict, merge_lora, trainable_parameters
 from transformer_book.models.bert import BERT, BERTConfig
-from transformer_book.models.finetuning import SequenceClassifier
+from transformer_book.models.finetuning import SequenceClassifier, freeze_encoder
 from transformer_book.models.gpt import GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -208,6 +208,22 @@ def test_a_lora_layer_inside_a_train_module_keeps_its_base_frozen() -> None:
     assert not model.bert.encoder.layers[0].self_attn.w_k.weight.requires_grad
     assert {n for n in trainable if not n.startswith(("bert.encoder.layers.1.", "classifier."))} == {
         f"bert.encoder.layers.0.self_attn.{p}.lora_{f}" for p in ("w_q", "w_v") for f in "ab"}
+
+
+def test_freeze_encoder_after_apply_lora_keeps_the_adapters_training_and_the_bases_fixed() -> None:
+    """The two ways of choosing what trains compose: freezing the encoder does not freeze the
+    adapters, and training its top layer does not unfreeze a LoRA layer's base weight."""
+    model = apply_lora(_bert_classifier(), targets=("w_q", "w_v"), r=2, train=("classifier",))
+    adapters = {n for n, _ in model.named_parameters() if n.endswith((".lora_a", ".lora_b"))}
+    bases = {n for n, _ in model.named_parameters() if ".base." in n}
+    for k in (0, 1):
+        freeze_encoder(model, trainable_layers=k)
+        trained = {n for n, p in model.named_parameters() if p.requires_grad}
+        assert adapters <= trained and not bases & trained, k
+        top = f"bert.encoder.layers.{model.bert.config.n_layers - 1}."
+        others_on_top = {n for n in trained if n.startswith(top)} - adapters
+        assert bool(others_on_top) == (k == 1), (k, others_on_top)     # the top layer's own weights train with k = 1
+        assert any(n.startswith("classifier") for n in trained)
 
 
 def test_trainable_count_is_the_formula() -> None:

@@ -77,6 +77,50 @@ def test_install_cell_uses_the_configured_repository(path: Path) -> None:
     assert all(u.rstrip("/") == _repository_url() for u in urls), f"{path.name}: {urls} != {_repository_url()}"
 
 
+# the import names of the distributions in the package's "notebooks" extra
+EXTRA_MODULES = {"scikit-learn": "sklearn", "transformers": "transformers", "accelerate": "accelerate"}
+
+
+def _notebooks_extra() -> dict[str, str]:
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    names = [re.split(r"[<>=!~\[ ;]", requirement, maxsplit=1)[0] for requirement in extra["notebooks"]]
+    unknown = [name for name in names if name not in EXTRA_MODULES]
+    assert not unknown, f"pyproject's notebooks extra has {unknown}: add their import names to EXTRA_MODULES"
+    return {name: EXTRA_MODULES[name] for name in names}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Top-level names of every module a chapter's code cells import."""
+    found = set()
+    for cell in _code_cells(path):
+        for match in re.finditer(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", "".join(cell["source"]), re.M):
+            found.add((match.group(1) or match.group(2)).split(".")[0])
+    return found
+
+
+def test_imported_modules_finds_an_extra() -> None:
+    chapter = next(p for p in NOTEBOOKS if p.name.startswith("14_"))
+    assert "sklearn" in _imported_modules(chapter) and "transformer_book" in _imported_modules(chapter)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_install_cell_installs_every_extra_the_chapter_imports(path: Path) -> None:
+    """A reader who installed the package without its notebooks extra (the plain pip install),
+    or a Colab runtime without one of them, must get the extra from the install cell, not an
+    ImportError halfway through the chapter: the cell checks each extra module the chapter imports."""
+    needed = sorted(_imported_modules(path) & set(_notebooks_extra().values()))
+    if not needed:
+        return
+    first = "".join(_code_cells(path)[0]["source"])
+    checked = re.search(r"find_spec\(name\) for name in \(([^)]*)\)", first)
+    assert checked, f"{path.name} imports {needed}: its install cell must check them with importlib.util.find_spec"
+    names = set(re.findall(r"[\"']([\w.]+)[\"']", checked.group(1)))
+    assert {"transformer_book", *needed} <= names, f"{path.name}: the install cell checks {sorted(names)}, not {needed}"
+    assert "transformer-book[notebooks]" in first, f"{path.name}: the install cell must install the notebooks extra"
+
+
 def test_package_metadata_uses_the_configured_repository() -> None:
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert f'Homepage = "{_repository_url()}"' in pyproject

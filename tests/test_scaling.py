@@ -207,6 +207,29 @@ def test_training_flops_and_isoflop_points():
     np.testing.assert_allclose(slices[1], tokens, rtol=1e-12)
 
 
+def test_fit_isoflop_valley_recovers_a_parabola_in_log_N():
+    sizes = np.geomspace(2e3, 2e5, 6)
+    x0, bottom = np.log(1.5e4), 2.1
+    losses = 0.03 * (np.log(sizes) - x0) ** 2 + bottom
+    valley = scaling.fit_isoflop_valley(sizes, losses)
+    assert valley.N == pytest.approx(1.5e4, rel=1e-9) and valley.loss == pytest.approx(bottom, rel=1e-12)
+    assert valley.a == pytest.approx(0.03, rel=1e-9) and valley.inside
+    np.testing.assert_allclose(valley(sizes), losses, rtol=1e-12)
+    outside = scaling.fit_isoflop_valley(sizes[3:], losses[3:] + 0.01 * (np.log(sizes[3:]) - np.log(sizes[3])))
+    assert not outside.inside and outside.N < sizes[3]     # its bottom lies below the sizes measured
+
+
+def test_fit_isoflop_valley_approaches_the_laws_optimum_on_a_narrow_slice():
+    """Along a slice of the Chinchilla law the loss is not a parabola in log N, but near its
+    bottom it is one to second order: a narrow ladder of sizes finds the closed form's N_opt."""
+    C = 1e21
+    best = TRUE.compute_optimal(C)
+    for spread, tolerance in ((1.5, 0.01), (1.05, 1e-4)):
+        sizes = best.N * np.geomspace(1 / spread, spread, 5) * 1.01     # not centred on the answer
+        valley = scaling.fit_isoflop_valley(sizes, TRUE.loss(sizes, scaling.isoflop_points(sizes, C)))
+        assert valley.N == pytest.approx(best.N, rel=tolerance) and valley.inside
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 GOOD_L = TRUE.loss(N, D)
@@ -234,8 +257,12 @@ GOOD_L = TRUE.loss(N, D)
     (lambda: scaling.non_embedding_parameters("gpt"), "must be an nn.Module"),
     (lambda: scaling.training_flops(1e5, 0.0), "D must be positive"),
     (lambda: scaling.isoflop_points([1e4, 1e5], 1e15, flops_per_token=-6), "flops_per_token"),
-    (lambda: scaling.fit_power_law([1.0, 1.0], [2.0, 3.0]), "two distinct x"),
+    (lambda: scaling.fit_power_law([1.0, 1.0], [2.0, 3.0]), "2 distinct x"),
     (lambda: scaling.fit_power_law([1.0, 2.0], [2.0, -3.0]), "y must be positive"),
+    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e4], [2.0, 1.9, 1.8]), "3 distinct N to fit a parabola"),
+    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 1.9]), "N and L must be 1-D and of equal length"),
+    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 0.0, 1.8]), "L must be positive"),
+    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 1.99, 1.5]), "do not form a valley"),
     (lambda: scaling.huber([0.1], delta=-1.0), "delta must be a positive real"),
     (lambda: scaling.scaling_law_objective("law", N, D, GOOD_L), "law must be a ScalingLaw"),
 ])

@@ -17,7 +17,8 @@ so for a budget :math:`C` the law has a best split between parameters and tokens
 The module is the arithmetic of chapter 19; training the grid of runs is chapter 9's recipe
 (:mod:`transformer_book.recipes.gpt`). :func:`non_embedding_parameters` gives :math:`N` of a
 model, :func:`training_flops` and :func:`isoflop_points` lay runs out on slices of equal
-compute (Hoffmann et al.'s approach 2), and :func:`fit_power_law` fits one power law
+compute (Hoffmann et al.'s approach 2), :func:`fit_isoflop_valley` finds the bottom of the
+losses measured along one slice, and :func:`fit_power_law` fits one power law
 :math:`y = c\,x^p` (the frontier :math:`N_{opt}(C)` on log-log axes).
 """
 
@@ -38,7 +39,7 @@ from transformer_book import checks
 
 __all__ = ["ScalingLaw", "ComputeOptimal", "PowerLaw", "DEFAULT_GRID", "HOFFMANN_GRID", "fit_scaling_law",
            "huber", "scaling_law_objective", "non_embedding_parameters", "training_flops", "isoflop_points",
-           "fit_power_law"]
+           "IsoFLOPValley", "fit_isoflop_valley", "fit_power_law"]
 
 ArrayLike = float | Sequence[float] | np.ndarray
 
@@ -438,6 +439,63 @@ def isoflop_points(N: ArrayLike, C: ArrayLike, *, flops_per_token: float = 6) ->
     return np.asarray(C / (k * N), dtype=np.float64)
 
 
+class IsoFLOPValley(NamedTuple):
+    r"""The bottom of one IsoFLOP profile, :math:`L \approx a\,(\log N)^2 + b \log N + c`.
+
+    ``N`` is the model size at the bottom, :math:`e^{-b/(2a)}`; ``loss`` the parabola's value
+    there; ``a``, ``b``, ``c`` its coefficients (``a > 0``: a valley); ``inside`` is True when
+    ``N`` lies between the smallest and the largest size measured (otherwise the bottom is an
+    extrapolation, not a measurement).
+    """
+
+    N: float
+    loss: float
+    a: float
+    b: float
+    c: float
+    inside: bool
+
+    def __call__(self, N: ArrayLike) -> float | np.ndarray:
+        """The parabola's loss at the model sizes ``N``."""
+        (N,) = _check_sizes("IsoFLOPValley", N=N)
+        x = np.log(N)
+        return _scalar_or_array(self.a * x**2 + self.b * x + self.c)
+
+
+def fit_isoflop_valley(N: ArrayLike, L: ArrayLike) -> IsoFLOPValley:
+    r"""Hoffmann et al.'s approach 2 on one slice: a parabola in :math:`\log N` through the losses.
+
+    Runs of equal compute :math:`C` (their tokens from :func:`isoflop_points`) trace a valley
+    against the model size: too small a model cannot use the data, too large a one sees too
+    few tokens. Least squares of
+
+    .. math:: L_i \approx a\,(\log N_i)^2 + b \log N_i + c
+
+    puts its bottom at :math:`\log N_{opt} = -b / (2a)`, with the loss :math:`c - b^2/(4a)`.
+
+    Args:
+        N: the model sizes of the slice, a 1-D sequence of positive numbers, at least three
+            distinct.
+        L: their final losses, positive, of the same length.
+
+    Returns:
+        :class:`IsoFLOPValley` ``(N, loss, a, b, c, inside)``.
+
+    Raises:
+        ValueError: fewer than three distinct sizes, lengths that differ, a loss or size that is
+            not a positive finite number, or losses that do not curve upwards (``a <= 0``: no
+            bottom, e.g. a slice whose sizes all lie on one side of its optimum).
+    """
+    log_N, log_L = _check_pairs("fit_isoflop_valley", N, L, names=("N", "L"), distinct=3, curve="a parabola")
+    a, b, c = (float(v) for v in np.polyfit(log_N, np.exp(log_L), 2))
+    if not a > 0:
+        raise ValueError(f"fit_isoflop_valley: the losses do not form a valley (the parabola opens downwards or "
+                         f"is flat, a = {a:.3g}); the sizes may all lie on one side of the slice's optimum")
+    x_opt = -b / (2 * a)
+    return IsoFLOPValley(N=float(np.exp(x_opt)), loss=c - b * b / (4 * a), a=a, b=b, c=c,
+                         inside=bool(log_N.min() <= x_opt <= log_N.max()))
+
+
 def _check_flops(where: str, x: object, y: object, k: object, names: tuple[str, str, str] = ("N", "D", "k")
                  ) -> tuple[np.ndarray, np.ndarray, float]:
     x, y = _check_sizes(where, **{names[0]: x, names[1]: y})
@@ -472,10 +530,12 @@ def fit_power_law(x: ArrayLike, y: ArrayLike) -> PowerLaw:
     return PowerLaw(c=float(np.exp(log_c)), p=float(p))
 
 
-def _check_pairs(where: str, x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
-    x, y = _positive(where, "x", x), _positive(where, "y", y)
+def _check_pairs(where: str, x: object, y: object, names: tuple[str, str] = ("x", "y"), *, distinct: int = 2,
+                 curve: str = "a line") -> tuple[np.ndarray, np.ndarray]:
+    (nx, ny) = names
+    x, y = _positive(where, nx, x), _positive(where, ny, y)
     if x.ndim != 1 or y.shape != x.shape:
-        raise ValueError(f"{where}: x and y must be 1-D and of equal length, got shapes {x.shape} and {y.shape}")
-    if np.unique(x).size < 2:
-        raise ValueError(f"{where}: need at least two distinct x to fit a line, got {np.unique(x).tolist()}")
+        raise ValueError(f"{where}: {nx} and {ny} must be 1-D and of equal length, got shapes {x.shape} and {y.shape}")
+    if np.unique(x).size < distinct:
+        raise ValueError(f"{where}: need at least {distinct} distinct {nx} to fit {curve}, got {np.unique(x).tolist()}")
     return np.log(x), np.log(y)

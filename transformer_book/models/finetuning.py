@@ -29,6 +29,7 @@ from torch import nn
 
 from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX, FineTuningBatch
+from transformer_book.lora import LoRALinear
 from transformer_book.models.bert import BERT, mean_pool
 
 __all__ = [
@@ -249,7 +250,10 @@ def freeze_encoder(model: nn.Module, *, trainable_layers: int = 0) -> int:
     head always trains. With at least one layer trained, what lies above the layers trains too:
     a pre-LN encoder's final LayerNorm, and the pooler under a :class:`SequenceClassifier` (the
     only head that reads it). BERT's MLM and NSP output layers, unused by the heads, are fixed
-    already (the heads fix them); the embeddings stay fixed.
+    already (the heads fix them); the embeddings stay fixed. On a model adapted with
+    :func:`~transformer_book.lora.apply_lora`, every LoRA layer's factors stay trainable and its
+    base weight fixed, in the fixed layers and the trained ones alike: freezing the encoder
+    does not undo the adaptation, and training the top layers does not unfreeze a base weight.
 
     Returns the number of trainable parameters.
 
@@ -270,6 +274,10 @@ def freeze_encoder(model: nn.Module, *, trainable_layers: int = 0) -> int:
             trained_on_top.append(bert.pooler)                                         # only it reads the pooler
         for module in trained_on_top:
             module.requires_grad_(True)
+    for module in bert.modules():            # adapters (apply_lora) train and their base stays fixed, in every layer
+        if isinstance(module, LoRALinear):
+            module.requires_grad_(True)
+            module.base.requires_grad_(False)
     return trainable_parameters(model)
 
 

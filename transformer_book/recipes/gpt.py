@@ -127,12 +127,14 @@ def train(
     name: str = "GPT",
     seed: int = 0,
     build: Callable[[], nn.Module] | None = None,
+    progress: bool = True,
 ) -> TrainedLM:
     """Train a fresh GPT (initialised from ``torch.manual_seed(seed)``) on random windows of
     ``train_ids`` with ``recipe``, evaluating on ``val_batches`` (see :func:`validation_batches`);
     returns it in eval mode with its history and summary. ``build``, when given, makes the model
     instead (another language model of the same interface, such as chapter 18's ModernGPT), called
-    after the seed is set."""
+    after the seed is set. ``progress=False`` trains without the progress bar and summary line
+    (for many short runs whose results are tabulated instead)."""
     checks.id_tensor("recipes.gpt.train", "train_ids", train_ids, "(N)")
     if train_ids.numel() and not 0 <= int(train_ids.min()) <= int(train_ids.max()) < vocab_size:
         raise ValueError(f"recipes.gpt.train: train_ids hold ids outside the vocabulary [0, {vocab_size})")
@@ -140,7 +142,7 @@ def train(
     model = GPT(recipe.model_config(vocab_size)) if build is None else build()
     history = training.fit(model, data.RandomWindows(train_ids, recipe.sizes["context"], recipe.batch, seed=seed),
                            objectives.language_model_loss(), recipe.train_config(seed),
-                           val_batches=lambda: val_batches, device=device)
+                           val_batches=lambda: val_batches, device=device, progress=progress)
     done = history.train_loss[-1][0]
     seconds = history.time_at(done)
     summary = dict(name=name, parameters=sum(p.numel() for p in model.parameters()), steps=done, seconds=seconds,

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from notebook_source import without_magics
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -25,15 +26,8 @@ NOTEBOOKS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 def _code(path: Path) -> list[str]:
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    # IPython magics (%pip in the install cell) are not Python: a `pass` in their place keeps the
-    # block they sit in (`if ...: %pip install ...`) a valid one.
-    return ["\n".join(_no_magic(line) for line in "".join(c["source"]).splitlines())
+    return [without_magics("\n".join("".join(c["source"]).splitlines()))   # %pip in the install cell
             for c in cells if c["cell_type"] == "code"]
-
-
-def _no_magic(line: str) -> str:
-    stripped = line.lstrip()
-    return line[: len(line) - len(stripped)] + "pass  # " + stripped if stripped.startswith(("%", "!")) else line
 
 
 def _displayed(path: Path) -> tuple[dict, list[str]]:

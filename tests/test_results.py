@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from notebook_source import without_magics
 import torch
 
 import transformer_book
@@ -261,9 +262,7 @@ def test_every_chapter_that_records_has_its_results_file(path: Path):
 def _recorded_metric_templates(path: Path) -> list[re.Pattern]:
     """The metric names a chapter passes to ``record(chapter, metric, ...)`` as f-strings, as
     patterns: the literal parts as they are, every ``{...}`` field one or more characters."""
-    source = "\n".join(line[: len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!"))
-                       else line for line in _code(path).split("\n"))   # IPython magics are not Python
-    tree = ast.parse(source)
+    tree = ast.parse(without_magics(_code(path)))   # IPython magics are not Python
     # the argument that names the metric: record's second; and a chapter's own helper's argument that it
     # passes on to record as the metric (def record_sst(metric, ...): ... record(chapter, metric, ...))
     metric_argument = {"record": 1}

@@ -52,8 +52,8 @@ def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: i
         os.replace(temporary, target)
     except OSError as err:
         Path(temporary).unlink(missing_ok=True)
-        raise OSError(err.errno, f"could not write {target} ({err.strerror or err}); "
-                                 f"the previous file, if there was one, is unchanged") from err
+        message = f"could not write {target} ({err.strerror or err}); the previous file, if there was one, is unchanged"
+        raise (OSError(err.errno, message) if err.errno is not None else OSError(message)) from err
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

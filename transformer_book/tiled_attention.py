@@ -237,7 +237,7 @@ def _accumulator_dtype(q: torch.Tensor) -> torch.dtype:
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, rows: slice, cols: slice, scale: float, wide: torch.dtype) -> torch.Tensor:
-    """One tile of scores :math:`Q_I K_J^\top \cdot \text{scale}`, ``(B, h, rows, cols)``, computed in ``wide``."""
+    r"""One tile of scores :math:`Q_I K_J^\top \cdot \text{scale}`, ``(B, h, rows, cols)``, computed in ``wide``."""
     return q[:, :, rows].to(wide) @ k[:, :, cols].to(wide).transpose(-2, -1) * scale
 
 

@@ -289,7 +289,278 @@ def _():
     finally:
         del os.environ["TB_CACHE_DIR"]
 
+# ================ Part IV modules, tokenizer files, checkpoint loaders (issue 41) ================
+# 'lost' is a save that destroyed the previous file; 'slow' a call whose time grows out of proportion.
+import resource, signal, time, json as _json
+from pathlib import Path as _Path
+
+
+def _under_file_size_limit(limit: int, fn):
+    """Run fn with the process's file-size limit at `limit` bytes: a write past it fails (EFBIG),
+    as a full disk fails a write part-way."""
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
+    try:
+        return fn()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+_TEXTS = [f"sentence number {i} with some words and more words {i % 7}" for i in range(300)]
+
+
+def _bpe(size=300):
+    from transformer_book.bytebpe import ByteLevelBPE
+    return ByteLevelBPE.train(_TEXTS, size)
+
+
+def _save_survives_a_full_disk(first, second, load):
+    """'ok'/'clear' when a save that fails part-way leaves the previous file loadable; 'lost' otherwise."""
+    d = tempfile.mkdtemp(); path = os.path.join(d, "saved")
+    first.save(path)
+    size = os.path.getsize(path)
+    try:
+        _under_file_size_limit(size // 2, lambda: second.save(path))
+        outcome = "silent", "the save claimed success under a full disk"
+    except Exception as e:
+        outcome = ("clear" if path in str(e) else "unhelpful"), f"{type(e).__name__}: {str(e)[:100]}"
+    try:
+        load(path)
+    except Exception as e:
+        return "lost", f"previous file unloadable after the failed save: {type(e).__name__}: {str(e)[:80]}"
+    return outcome
+
+
+@case("files", "ByteLevelBPE.save on a disk that fills up mid-write")
+def _():
+    from transformer_book.bytebpe import ByteLevelBPE
+    return _save_survives_a_full_disk(_bpe(300), _bpe(330), ByteLevelBPE.load)
+
+@case("files", "WordPieceTokenizer.save on a disk that fills up mid-write")
+def _():
+    return _save_survives_a_full_disk(WordPieceTokenizer.train(_TEXTS, vocab_size=80, min_frequency=1),
+                                      WordPieceTokenizer.train(_TEXTS, vocab_size=90, min_frequency=1), WordPieceTokenizer.load)
+
+@case("files", "SubwordTokenizer.save on a disk that fills up mid-write")
+def _():
+    return _save_survives_a_full_disk(SubwordTokenizer.train(_TEXTS, vocab_size=60),
+                                      SubwordTokenizer.train(_TEXTS, vocab_size=70), SubwordTokenizer.load)
+
+@case("files", "save_model on a disk that fills up mid-write")
+def _():
+    from transformer_book.checkpoints import save_model, load_model
+    class Saver:
+        def __init__(self, seed): self.model = gpt() if seed == 0 else GPT(GPTConfig(vocab_size=50, context=32, d_model=32, n_heads=4, n_layers=2))
+        def save(self, path): save_model(path, self.model)
+    return _save_survives_a_full_disk(Saver(0), Saver(1), load_model)
+
+def _read_while_saving(first, second, load):
+    d = tempfile.mkdtemp(); path = os.path.join(d, "tok.json"); first.save(path)
+    stop, bad = threading.Event(), []
+    def write():
+        for i in range(60):
+            (second if i % 2 else first).save(path)
+        stop.set()
+    t = threading.Thread(target=write); t.start()
+    reads = 0
+    while not stop.is_set() or reads < 20:
+        try:
+            load(path)
+        except Exception as e:
+            bad.append(f"{type(e).__name__}: {str(e)[:60]}")
+        reads += 1
+    t.join()
+    return ("ok", f"{reads} reads") if not bad else ("silent", f"{len(bad)} of {reads} reads failed: {bad[0]}")
+
+@case("files", "ByteLevelBPE.load while another thread saves the file")
+def _():
+    from transformer_book.bytebpe import ByteLevelBPE
+    return _read_while_saving(_bpe(300), _bpe(330), ByteLevelBPE.load)
+
+@case("files", "WordPieceTokenizer.load while another thread saves the file")
+def _():
+    return _read_while_saving(WordPieceTokenizer.train(_TEXTS, vocab_size=80, min_frequency=1),
+                              WordPieceTokenizer.train(_TEXTS, vocab_size=90, min_frequency=1), WordPieceTokenizer.load)
+
+@case("files", "save_model to a path that a training run holds (its lock file)")
+def _():
+    from filelock import FileLock
+    from transformer_book.checkpoints import save_model
+    d = tempfile.mkdtemp(); path = os.path.join(d, "run.pt"); save_model(path, gpt())
+    before = open(path, "rb").read()
+    lock = FileLock(os.path.join(d, ".run.pt.lock"), timeout=0); lock.acquire()   # as fit holds it
+    try:
+        verdict = err(lambda: save_model(path, GPT(GPTConfig(vocab_size=50, context=32, d_model=32, n_heads=4, n_layers=2))), path)
+    finally:
+        lock.release()
+    if verdict[0] == "silent" and open(path, "rb").read() != before:
+        return "silent", "replaced the file a running fit owns"
+    return verdict
+
+@case("files", "ByteLevelBPE.load of a file that is not UTF-8")
+def _():
+    from transformer_book.bytebpe import ByteLevelBPE
+    path = tmpfile(b"\xff\xfe\x00 not text")
+    return err(lambda: ByteLevelBPE.load(path), path)
+
+@case("files", "ByteLevelBPE.load of 100,000 nested brackets")
+def _():
+    from transformer_book.bytebpe import ByteLevelBPE
+    path = tmpfile(b"[" * 100_000)
+    return err(lambda: ByteLevelBPE.load(path), path)
+
+@case("files", "WordPieceTokenizer.load of a file that is not UTF-8")
+def _():
+    path = tmpfile(b"\xff\xfe\x00 not text")
+    return err(lambda: WordPieceTokenizer.load(path), path)
+
+@case("files", "SubwordTokenizer.load of a cut-short model")
+def _():
+    path = tmpfile(SubwordTokenizer.train(_TEXTS, vocab_size=60).to_bytes()[:100])
+    return err(lambda: SubwordTokenizer.load(path), path)
+
+@case("bytebpe", "encode one unbroken word of 16,000 characters")
+def _():
+    tok = _bpe(330)
+    began = time.perf_counter(); ids = tok.encode(("katoriderthestan" * 1000)); took = time.perf_counter() - began
+    return ("ok" if took < 2 else "slow"), f"{took:.2f} s"
+
+@case("bytebpe", "a merge list that repeats a pair")
+def _():
+    from transformer_book.bytebpe import ByteLevelBPE
+    try:
+        tok = ByteLevelBPE([("a", "b"), ("c", "d"), ("a", "b")])
+    except Exception as e:
+        return ("clear" if "repeat" in str(e) else "unhelpful"), str(e)[:100]
+    return ("ok" if tok.encode("cd") == [tok.vocab["cd"]] else "silent"), f"'cd' -> {tok.tokens('cd')}"
+
+@case("tiled", "tiled_attention_forward in float16 with scores beyond 65,504")
+def _():
+    from transformer_book.tiled_attention import tiled_attention_forward
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 40, 64, generator=g).mul(40).half() for _ in range(3))
+    out, _ = tiled_attention_forward(q, k, v, block_q=16, block_k=16)
+    return ("ok" if torch.isfinite(out).all() else "silent"), f"finite: {bool(torch.isfinite(out).all())}"
+
+@case("cache", "KVCache.update with another head size")
+def _():
+    c = attention.KVCache(); c.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    return err(lambda: c.update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)), "head size")
+
+@case("cache", "KVCache.update with another dtype")
+def _():
+    c = attention.KVCache(); c.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    return err(lambda: c.update(torch.randn(1, 2, 1, 4).double(), torch.randn(1, 2, 1, 4).double()), "float64")
+
+@case("cache", "GroupedQueryAttention with a cache from a layer of another width")
+def _():
+    from transformer_book.grouped_attention import GroupedQueryAttention
+    small, wide = GroupedQueryAttention(16, 4, 2).eval(), GroupedQueryAttention(32, 4, 2).eval()
+    c = attention.KVCache(); small(torch.randn(1, 3, 16), cache=c)
+    return err(lambda: wide(torch.randn(1, 1, 32), cache=c), "cache")
+
+@case("scaling", "fit_scaling_law on runs of one model size")
+def _():
+    from transformer_book import scaling
+    N, D = np.full(8, 1e5), np.geomspace(1e6, 1e8, 8)
+    return err(lambda: scaling.fit_scaling_law(N, D, 1.5 + 400 / D**0.3), "distinct")
+
+@case("scaling", "fit_scaling_law on one run repeated five times")
+def _():
+    from transformer_book import scaling
+    return err(lambda: scaling.fit_scaling_law([1e5] * 5, [1e7] * 5, [2.0] * 5), "distinct")
+
+def _lora_classifier():
+    from transformer_book.models.finetuning import SequenceClassifier
+    torch.manual_seed(0)
+    return SequenceClassifier(BERT(BERTConfig(50, max_len=32, d_model=32, n_heads=4, n_layers=2)), 2)
+
+@case("lora", "save_model of a model adapted with LoRA, then load_model")
+def _():
+    from transformer_book.lora import apply_lora
+    from transformer_book.checkpoints import save_model, load_model
+    path = os.path.join(tempfile.mkdtemp(), "lora.pt")
+    model = apply_lora(bert(), r=2)
+    try:
+        save_model(path, model)
+    except Exception as e:
+        return ("clear" if "LoRA" in str(e) else "unhelpful"), str(e)[:100]
+    try:
+        load_model(path)
+    except Exception as e:
+        return "silent", f"saved without a word, does not load: {str(e)[:80]}"
+    return "ok", "round trip"
+
+@case("lora", "freeze_encoder after apply_lora keeps the adapters trainable")
+def _():
+    from transformer_book.lora import apply_lora
+    from transformer_book.models.finetuning import freeze_encoder
+    model = apply_lora(_lora_classifier(), r=2, train=("classifier",))
+    freeze_encoder(model, trainable_layers=1)
+    adapters = [p.requires_grad for n, p in model.named_parameters() if n.endswith((".lora_a", ".lora_b"))]
+    bases = [p.requires_grad for n, p in model.named_parameters() if ".base." in n]
+    return ("ok" if all(adapters) and not any(bases) else "silent"), f"adapters trainable {sum(adapters)}/{len(adapters)}, bases trainable {sum(bases)}"
+
+@case("args", "label_points with the labels as one string")
+def _():
+    import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    from transformer_book.plotting import label_points
+    fig, ax = plt.subplots(); ax.plot([0, 1], [0, 1], "o")
+    try:
+        return err(lambda: label_points(ax, [[0, 0], [1, 1]], "ab"), "labels")
+    finally:
+        plt.close(fig)
+
+@case("args", "label_points with a NaN font size")
+def _():
+    import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    from transformer_book.plotting import label_points
+    fig, ax = plt.subplots(); ax.plot([0, 1], [0, 1], "o")
+    try:
+        return err(lambda: label_points(ax, [[0, 0], [1, 1]], ["a", "b"], fontsize=float("nan")), "fontsize")
+    finally:
+        plt.close(fig)
+
+@case("args", "translate with max_new_tokens=0")
+def _():
+    tok = SubwordTokenizer.train(_TEXTS, vocab_size=60)
+    return err(lambda: decoding.translate(translator(), ["some words"], tok, max_new_tokens=0), "max_new_tokens")
+
+@case("args", "next_token_distribution of logits that are all -inf")
+def _():
+    return err(lambda: decoding.next_token_distribution(torch.full((1, 5), float("-inf"))), "-inf")
+
+@case("args", "translator load_or_train('tatoeba') given a Multi30k translator's file")
+def _():
+    from transformer_book.checkpoints import save_model
+    from transformer_book.recipes import translator as recipe
+    path = os.path.join(tempfile.mkdtemp(), "t.pt")
+    save_model(path, translator(), tokenizer=SubwordTokenizer.train(_TEXTS, vocab_size=60), metadata={"corpus": "multi30k"})
+    return err(lambda: recipe.load_or_train("tatoeba", path=path, device="cpu"), "multi30k")
+
+@case("args", "nearest_neighbours with a query of another width")
+def _():
+    from transformer_book.embeddings.similarity import nearest_neighbours
+    return err(lambda: nearest_neighbours(np.ones(3), np.ones((4, 5)), list("abcd")), "query")
+
+@case("args", "Vocab of ints")
+def _():
+    return err(lambda: text.Vocab([1, 2]), "str")
+
+@case("time", "BucketedBatches: the batch of step 200,000, first call")
+def _():
+    from transformer_book.data import BucketedBatches
+    rng = np.random.default_rng(0)
+    pairs = [(list(rng.integers(4, 50, rng.integers(3, 20))), list(rng.integers(4, 50, rng.integers(3, 20)))) for _ in range(3000)]
+    b = BucketedBatches(pairs, 400, seed=0)
+    began = time.perf_counter(); b(200_000); took = time.perf_counter() - began
+    return ("ok" if took < 1 else "slow"), f"{took:.2f} s ({len(b)} batches per epoch)"
+
 for g, n, v, d in results:
     print(f"{v:10} {g:12} {n}  | {d}")
 from collections import Counter
 print(Counter(v for _, _, v, _ in results), len(results))
+part4 = [r for r in results if r[0] in ("files", "bytebpe", "tiled", "cache", "scaling", "lora", "args", "time")]
+print("issue 41's cases:", Counter(v for _, _, v, _ in part4), len(part4))

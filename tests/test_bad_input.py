@@ -10,6 +10,7 @@ import torch
 from transformer_book import attention, decoding, layers, masks, metrics, positional, prompting, text, training
 from transformer_book.data import pad_sequences
 from transformer_book.embeddings import ppmi
+from transformer_book.embeddings.similarity import nearest_neighbours
 from transformer_book.models import Encoder
 from transformer_book.data import finetuning as tasks
 from transformer_book.data import registry
@@ -160,7 +161,50 @@ CASES = [
         torch.nn.Linear(3, 5), (torch.randn(1, 2, 3), torch.tensor([[1, 7]]))), r"1 target id\(s\) lie outside \[0, 5\)"),
     ("corpus_bleu: a generator", lambda: metrics.corpus_bleu((s for s in ["a b c"]), ["a b c"]),
      r"hypotheses must be a sequence of strings \(a list\), one per sentence, got a generator"),
+    # issue 41: arguments taken as something else, errors that did not name the problem
+    ("sampling: every logit -inf", lambda: decoding.next_token_distribution(torch.full((2, 5), -math.inf)),
+     r"-inf everywhere"),
+    ("sampling: a +inf logit", lambda: decoding.next_token_distribution(torch.tensor([[math.inf, 1.0]])), r"\+inf"),
+    ("KVCache: another head size", lambda: _cache().update(torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)),
+     r"does not continue the cached \(1, 2, 3, 4\).*head size"),
+    ("KVCache: another dtype", lambda: _cache().update(torch.randn(1, 2, 1, 4).double(), torch.randn(1, 2, 1, 4).double()),
+     r"torch.float64 on cpu, the cached ones torch.float32"),
+    ("KVCache: k and v of other lengths", lambda: attention.KVCache().update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 2, 4)),
+     r"must agree on \(B, h, n\)"),
+    ("nearest_neighbours: widths differ", lambda: nearest_neighbours(torch.randn(3).numpy(), torch.randn(4, 5).numpy(),
+                                                                       list("abcd")), r"query of shape \(3,\)"),
+    ("nearest_neighbours: exclude as one str", lambda: nearest_neighbours(torch.randn(5).numpy(), torch.randn(4, 5).numpy(),
+                                                                            list("abcd"), exclude="ab"), r"not one str"),
+    ("Vocab: ints", lambda: text.Vocab([1, 2]), r"tokens must be str, got 1 \(int\)"),
+    ("Vocab: one str", lambda: text.Vocab("abc"), r"got one str"),
+    ("label_points: labels as one str", lambda: _label("ab"), r"labels must be a sequence of strings"),
+    ("label_points: NaN font size", lambda: _label(["a", "b"], fontsize=math.nan), r"fontsize must be a finite real"),
+    ("label_points: NaN ring", lambda: _label(["a", "b"], radii_pt=(2.0, math.nan)), r"radii_pt must be finite"),
+    ("translate: max_new_tokens=0", lambda: decoding.translate(translator(), ["a b"], _subword(), max_new_tokens=0),
+     r"max_new_tokens must be a positive int, got 0"),
 ]
+
+
+def _cache():
+    cache = attention.KVCache()
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    return cache
+
+
+def _label(labels, **options):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from transformer_book.plotting import label_points
+
+    figure, ax = plt.subplots()
+    try:
+        ax.plot([0, 1], [0, 1], "o")
+        return label_points(ax, [[0, 0], [1, 1]], labels, **options)
+    finally:
+        plt.close(figure)
 
 
 @pytest.mark.parametrize("call, pattern", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import unicodedata
@@ -417,3 +418,58 @@ def test_bad_merges_and_json_are_refused() -> None:
         ByteLevelBPE.from_json("{")
     with pytest.raises(ValueError, match="from_json: expected the JSON of ByteLevelBPE.to_json"):
         ByteLevelBPE.from_json('{"merges": []}')
+
+
+# --------------------------------------------------------------------------- long pre-tokens (issue 41)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from transformer_book.bytebpe import _symbols  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.sampled_from(["ka", "to", "ri", "the", "er", "an", "ü", "st", "a", "e", "😀", "ß"]), min_size=1,
+                max_size=60))
+def test_the_heap_merges_a_long_word_as_encode_word_does(trained, pieces):
+    """The O(n log n) path for long pre-tokens applies the same merges in the same order as the
+    displayed loop (lowest rank first, leftmost on a tie)."""
+    word = _symbols("".join(pieces))
+    assert trained._merge_long(trained._check_word(word)) == trained.encode_word(word)
+
+
+def test_encoding_a_long_unbroken_word_grows_about_linearly(trained):
+    """One pre-token of n bytes (no spaces) once cost O(n^2): 20 s for 16,000 characters. Eight
+    times the length must now cost well under the 64 times a quadratic loop would."""
+    import time
+
+    def seconds(n: int) -> float:
+        text = ("katoriderthestan" * (n // 16 + 1))[:n]
+        trained._cache.clear()
+        began = time.perf_counter()
+        ids = trained.encode(text)
+        assert trained.decode(ids) == text
+        return time.perf_counter() - began
+
+    seconds(2_000)                                   # warm up
+    small, large = min(seconds(25_000) for _ in range(2)), min(seconds(200_000) for _ in range(2))
+    assert large < 20 * small, (small, large)
+    assert large < 5.0, large                        # 1 MB is then well under the 10 s target on one core
+
+
+def test_a_repeated_merge_is_refused():
+    with pytest.raises(ValueError, match=r"merge 2 \('a', 'b'\) repeats merge 0"):
+        ByteLevelBPE([("a", "b"), ("c", "d"), ("a", "b")])
+
+
+def test_a_damaged_tokenizer_file_is_named(tmp_path, trained):
+    path = tmp_path / "trained.json"
+    path.write_bytes(b"\xff\xfe not text")
+    with pytest.raises(ValueError, match=f"ByteLevelBPE.load: {re.escape(str(path))} is not UTF-8 text"):
+        ByteLevelBPE.load(path)
+    path.write_text("[" * 100_000)
+    with pytest.raises(ValueError, match=f"ByteLevelBPE.load: {re.escape(str(path))}: .*nested too deeply"):
+        ByteLevelBPE.load(path)
+    path.write_text(trained.to_json()[:-40])                  # cut short
+    with pytest.raises(ValueError, match=f"ByteLevelBPE.load: {re.escape(str(path))}: .*not JSON"):
+        ByteLevelBPE.load(path)

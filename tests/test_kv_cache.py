@@ -52,7 +52,7 @@ def test_kv_cache_select_and_errors():
     cache.update(k, -k)
     picked = cache.select(torch.tensor([2, 0, 0]))
     assert torch.equal(picked.k, k[[2, 0, 0]]) and torch.equal(picked.v, -k[[2, 0, 0]]) and len(picked) == 2
-    with pytest.raises(ValueError, match="do not continue the cached"):
+    with pytest.raises(ValueError, match="does not continue the cached"):
         cache.update(torch.zeros(2, 2, 1, 2), torch.zeros(2, 2, 1, 2))
     assert len(KVCache()) == 0 and KVCache().select(torch.tensor([0])).k is None
 

@@ -4,6 +4,7 @@ SmolLM2-135M-Instruct through the catalogue."""
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from pathlib import Path
 
@@ -270,3 +271,14 @@ def test_real_smollm2_equals_transformers_and_its_tokenizer_equals_tokenizers(sm
     reference_tokenizer.add_special_tokens([t for t in loaded.tokenizer.special_tokens])
     for text in TEXTS:
         assert loaded.tokenizer.encode(text) == reference_tokenizer.encode(text).ids
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.95])
+def test_a_cut_short_gguf_file_is_refused_by_name(tiny_file, tmp_path, keep):
+    """A download or copy that stopped part-way: the reader names the file rather than failing
+    inside numpy's memory map, or loading weights past the end (issue 41)."""
+    data = tiny_file.read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(pretrained.CheckpointError, match=re.escape(str(path))):
+        language_model.load_gguf(path)

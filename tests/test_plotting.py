@@ -313,11 +313,11 @@ def test_label_points_rejects_bad_input(xy, labels, match):
 @pytest.mark.parametrize("radii", [(), (0.0, 5.0), (8.0, 2.0)])
 def test_label_points_rejects_rings_that_are_not_positive_and_increasing(radii):
     _, (ax,) = panels(1)
-    with pytest.raises(ValueError, match="radii_pt must be positive and increasing"):
+    with pytest.raises(ValueError, match="radii_pt must be finite, positive and increasing"):
         label_points(ax, np.zeros((1, 2)), ["a"], radii_pt=radii)
 
 
 def test_label_points_rejects_a_colour_count_that_does_not_match():
     _, (ax,) = panels(1)
-    with pytest.raises(ValueError, match="1 colours for 2 points"):
+    with pytest.raises(ValueError, match="colours must be a sequence of 2 colours, one per point"):
         label_points(ax, np.zeros((2, 2)), ["a", "b"], colours=["C0"])

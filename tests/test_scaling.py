@@ -243,6 +243,10 @@ GOOD_L = TRUE.loss(N, D)
     (lambda: scaling.fit_scaling_law(N, np.where(D == D[0], np.inf, D), GOOD_L), "D must be positive finite"),
     (lambda: scaling.fit_scaling_law(N[:, None], D[:, None], GOOD_L[:, None]), "1-D"),
     (lambda: scaling.fit_scaling_law(N, D, "losses"), "L must be positive finite"),
+    # points that cannot identify the law: one model size, two token counts, the same run five times
+    (lambda: scaling.fit_scaling_law(np.full(N.size, N[0]), D, GOOD_L), "1 distinct N"),
+    (lambda: scaling.fit_scaling_law(N, np.where(D > np.median(D), D.max(), D.min()), GOOD_L), "2 distinct D"),
+    (lambda: scaling.fit_scaling_law([N[0]] * 5, [D[0]] * 5, [GOOD_L[0]] * 5), "1 distinct N"),
     (lambda: scaling.fit_scaling_law(N, D, GOOD_L, huber_delta=0.0), "huber_delta must be a positive real"),
     (lambda: scaling.fit_scaling_law(N, D, GOOD_L, huber_delta=float("nan")), "huber_delta"),
     (lambda: scaling.fit_scaling_law(N, D, GOOD_L, grid=dict(e=(0.0,))), "grid must map"),

@@ -174,6 +174,21 @@ def test_half_precision_is_computed_in_float32():
 # --------------------------------------------------------------------------- gradients
 
 
+def test_the_forward_and_backward_of_half_precision_tiles_do_not_overflow():
+    """Scores whose dot products pass float16's largest number (65,504) before they are scaled:
+    the tiles are multiplied and summed in float32, as tiled_attention's are (issue 41)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 40, 64, generator=g) * 60 for _ in range(3))
+    half = [t.half() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*(t.double() for t in half))
+    assert not torch.isfinite(half[0] @ half[1].transpose(-2, -1)).all()     # the naive product overflows
+    out, lse = tiled_attention_forward(*half, block_q=16, block_k=16)
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32 and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=0.05 * ref.abs().max().item())
+    dq, dk, dv = tiled_attention_backward(torch.ones_like(out), *half, out, lse, block_q=16, block_k=16)
+    assert all(t.dtype == torch.float16 and torch.isfinite(t).all() for t in (dq, dk, dv))
+
+
 @pytest.mark.parametrize("causal, padded", [(False, False), (False, True), (True, False), (True, True)])
 def test_gradients_equal_sdpa_float32(causal, padded):
     q, k, v = _qkv(2, 2, 30, 30, 16, 8, grad=True)

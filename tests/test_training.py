@@ -1,6 +1,5 @@
 """Tests of transformer_book.training: the loss, the schedules and the resumable fit loop."""
 
-import io
 import math
 import os
 import threading
@@ -472,20 +471,16 @@ def test_save_and_load_bert_with_its_wordpiece_tokenizer(tmp_path):
 
 
 def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_intact(tmp_path, monkeypatch):
-    from transformer_book import checkpoints
+    from transformer_book import atomic, checkpoints
 
     path = tmp_path / "run.pt"
     checkpoints.write_checkpoint({"step": 1}, path)
     before = path.read_bytes()
-    real_save = torch.save
 
-    def crash(obj, handle):
-        if isinstance(handle, io.BytesIO):  # the payload is serialised first, in memory
-            return real_save(obj, handle)
-        handle.write(b"half a checkpoint")
+    def crash(fd: int) -> None:  # the bytes are in the temporary file, not yet on disk nor renamed
         raise KeyboardInterrupt  # the process is stopped mid-write
 
-    monkeypatch.setattr(checkpoints.torch, "save", crash)
+    monkeypatch.setattr(atomic.os, "fsync", crash)
     with pytest.raises(KeyboardInterrupt):
         checkpoints.write_checkpoint({"step": 2}, path)
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["run.pt"]

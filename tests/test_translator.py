@@ -50,6 +50,14 @@ def test_load_or_train_refuses_a_file_that_holds_another_model(fake_multi30k, tm
         translator.load_or_train(path=path, device="cpu")
 
 
+def test_load_or_train_refuses_a_translator_trained_on_another_corpus(fake_multi30k, tmp_path):
+    """A Multi30k translator at the path asked for Tatoeba's is refused, not returned (issue 41)."""
+    model, tokenizer, info = translator.load_or_train(steps=2, device="cpu", progress=False)
+    assert info["corpus"] == "multi30k"
+    with pytest.raises(ValueError, match=r"holds a model trained with corpus='multi30k', not corpus='tatoeba'"):
+        translator.load_or_train("tatoeba", path=info["path"], device="cpu")
+
+
 @pytest.fixture
 def fake_tatoeba(monkeypatch, tmp_path):
     # Each English sentence has two German versions (a group of linked pairs), plus the running example.

@@ -1,10 +1,13 @@
 """Writing a file so that readers see the old contents or the new, never a half-written file.
 
 Every file the package writes that a later run reads back (checkpoints and saved models,
-downloaded corpora, the results records) goes through :func:`atomic_writer`: the bytes go to
+tokenizers, downloaded corpora, the results records, the compute study) goes through
+:func:`atomic_writer` (or :func:`write_atomically`, for bytes or text in hand): the bytes go to
 a temporary file beside the target, which is flushed to disk and then renamed over the target
 (``os.replace`` is atomic within one file system). A crash or an exception mid-write leaves
-the previous file untouched and removes the temporary one.
+the previous file untouched and removes the temporary one; a disk that fills up mid-write
+raises an ``OSError`` that names the file. :func:`read_back_text` is the reading half for text
+files: a file that is not UTF-8 is named in a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_writer", "remove_stale", "default_mode"]
+__all__ = ["atomic_writer", "write_atomically", "read_back_text", "remove_stale", "default_mode"]
 
 
 def default_mode() -> int:
@@ -47,9 +50,38 @@ def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: i
             os.fsync(file.fileno())
         os.chmod(temporary, default_mode() if mode is None else mode)
         os.replace(temporary, target)
+    except OSError as err:
+        Path(temporary).unlink(missing_ok=True)
+        message = f"could not write {target} ({err.strerror or err}); the previous file, if there was one, is unchanged"
+        raise (OSError(err.errno, message) if err.errno is not None else OSError(message)) from err
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` through :func:`atomic_writer`: readers see the
+    old file or the new one, and a failed write leaves the old one. Returns the path."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    if not isinstance(payload, (bytes, bytearray)):
+        raise TypeError(f"write_atomically: data must be bytes or str, got {type(data).__name__}")
+    with atomic_writer(path, mode=mode) as file:
+        file.write(payload)
+    return Path(path)
+
+
+def read_back_text(path: str | os.PathLike[str], *, where: str) -> str:
+    """The UTF-8 text of a file the package wrote; errors begin with ``where`` and name the file.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is not UTF-8 text (a damaged file, or another kind of file).
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{where}: {path} is not UTF-8 text (byte {err.start} of it): a damaged file, "
+                         f"or not one this package wrote") from None
 
 
 def remove_stale(path: str | os.PathLike[str], *, suffix: str = ".tmp", older_than: float = 0.0) -> None:

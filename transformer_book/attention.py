@@ -428,11 +428,27 @@ class MultiHeadAttention(nn.Module):
         return mask
 
 
-def _check_continues(cache: KVCache, k: torch.Tensor) -> None:
-    """New keys ``(B, h, n, d_k)`` with the cached batch and heads."""
-    if cache.k is not None and (k.shape[0] != cache.k.shape[0] or k.shape[1] != cache.k.shape[1]):
-        raise ValueError(f"KVCache: new keys of shape {tuple(k.shape)} do not continue the cached "
-                         f"{tuple(cache.k.shape)} (batch and heads must agree)")
+def _check_continues(cache: KVCache, k: torch.Tensor, v: torch.Tensor) -> None:
+    """New keys and values ``(B, h, n, d_k)`` of one length, that continue the cached ones: the same
+    batch, heads, head size, dtype and device (a cache of another layer, or of a model of another
+    size or precision, is named here rather than failing inside ``torch.cat`` or the attention kernel)."""
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            what = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"KVCache.update: {name} must be a (B, h, n, d_k) tensor, got {what}")
+    if k.shape[:3] != v.shape[:3] or k.dtype != v.dtype or k.device != v.device:
+        raise ValueError(f"KVCache.update: k {tuple(k.shape)} {k.dtype} and v {tuple(v.shape)} {v.dtype} must agree on "
+                         f"(B, h, n), dtype and device")
+    if cache.k is None or cache.static:
+        return
+    for name, new, old in (("k", k, cache.k), ("v", v, cache.v)):
+        if new.shape[:2] != old.shape[:2] or new.shape[3] != old.shape[3]:
+            raise ValueError(f"KVCache.update: new {name} of shape {tuple(new.shape)} does not continue the cached "
+                             f"{tuple(old.shape)}: batch, heads and head size must agree (a cache of another layer "
+                             f"or model?)")
+        if new.dtype != old.dtype or new.device != old.device:
+            raise ValueError(f"KVCache.update: new {name} is {new.dtype} on {new.device}, the cached ones "
+                             f"{old.dtype} on {old.device}; keep one cache per model and precision")
 
 
 @dataclass
@@ -457,7 +473,7 @@ class KVCache:
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new keys and values ``(B, h, n, d_k)`` (after the earlier ones, unless
         static) and return everything stored."""
-        _check_continues(self, k)
+        _check_continues(self, k, v)
         if self.static or self.k is None:
             self.k, self.v = k, v
         else:

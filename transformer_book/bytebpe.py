@@ -50,6 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from transformer_book import checks
+from transformer_book.atomic import read_back_text, write_atomically
 
 try:
     import regex
@@ -74,6 +75,7 @@ alone; ``"smollm"`` (SmolLM and SmolLM2, llama.cpp's pre-tokenizer of that name)
 first cut out on its own, then the same pattern over the rest, so that a number is one token per
 digit (``"2024"`` is ``2 0 2 4``)."""
 _CACHE_SIZE = 200_000  # pre-token encodings kept by each tokenizer before the cache is emptied
+_SHORT_WORD = 64  # longer pre-tokens are merged with a heap (ByteLevelBPE._merge_long), not by rescanning
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -280,12 +282,15 @@ class ByteLevelBPE:
                 raise ValueError(f"ByteLevelBPE: merge {rank} must be a pair of tokens already in the vocabulary "
                                  f"(byte symbols or earlier merges), got {merge!r}")
             left, right = merge
+            if (self.vocab[left], self.vocab[right]) in self._ranks:   # it could never apply a second time
+                raise ValueError(f"ByteLevelBPE: merge {rank} {merge!r} repeats merge "
+                                 f"{self._ranks[self.vocab[left], self.vocab[right]]}")
             if given and left + right not in self.vocab:
                 raise ValueError(f"ByteLevelBPE: merge {rank} {merge!r} makes {left + right!r}, which the given "
                                  "tokens do not hold")
             self.vocab.setdefault(left + right, len(self.vocab))
             self.merges.append((left, right))
-            self._ranks[self.vocab[left], self.vocab[right]] = rank  # a repeated pair keeps its last rank
+            self._ranks[self.vocab[left], self.vocab[right]] = rank
             self._merged_ids.append(self.vocab[left + right])
         self._tokens = list(self.vocab)
         self._given = given
@@ -428,12 +433,16 @@ class ByteLevelBPE:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_json` to ``path`` (UTF-8)."""
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        write_atomically(path, self.to_json())   # a failed write leaves the previous file whole (creating its folder)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ByteLevelBPE:
         """A tokenizer saved by :meth:`save`."""
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        try:
+            return cls.from_json(read_back_text(path, where="ByteLevelBPE.load"))
+        except ValueError as err:
+            message = str(err)
+            raise ValueError(message if str(path) in message else f"ByteLevelBPE.load: {path}: {message}") from None
 
     def __repr__(self) -> str:
         return f"ByteLevelBPE({len(self)} tokens, {len(self.merges)} merges, special_tokens={self.special_tokens})"
@@ -456,8 +465,37 @@ class ByteLevelBPE:
         if ids is None:
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
-            ids = self._cache[word] = tuple(self.encode_word(word))
+            encoded = self.encode_word(word) if len(word) <= _SHORT_WORD else self._merge_long(self._check_word(word))
+            ids = self._cache[word] = tuple(encoded)
         return ids
+
+    def _merge_long(self, ids: list[int]) -> list[int]:
+        r""":meth:`encode_word`'s merges for a long pre-token, in :math:`O(n \log n)` instead of
+        :math:`O(n^2)`: the symbols form a linked list, and a heap holds every adjacent pair that is
+        a merge as ``(rank, position)``, so the lowest rank, leftmost on a tie, comes first (a
+        merged symbol keeps its left position, so positions keep the text's order). An entry whose
+        pair has changed since it was pushed is skipped when it comes up."""
+        ranks, merged = self._ranks, self._merged_ids
+        symbol, after = ids[:], [*range(1, len(ids)), -1]
+        before, alive = [-1, *range(len(ids) - 1)], [True] * len(ids)
+        heap = [(ranks[pair], i) for i, pair in enumerate(zip(ids, ids[1:])) if pair in ranks]
+        heapq.heapify(heap)
+        while heap:
+            rank, i = heapq.heappop(heap)
+            j = after[i]
+            if not alive[i] or j < 0 or ranks.get((symbol[i], symbol[j])) != rank:
+                continue                                   # a pair that has changed since
+            symbol[i], alive[j] = merged[rank], False      # the pair becomes one symbol at i
+            k = after[j]
+            after[i] = k
+            if k >= 0:
+                before[k] = i
+                if (symbol[i], symbol[k]) in ranks:
+                    heapq.heappush(heap, (ranks[symbol[i], symbol[k]], i))
+            h = before[i]
+            if h >= 0 and (symbol[h], symbol[i]) in ranks:
+                heapq.heappush(heap, (ranks[symbol[h], symbol[i]], h))
+        return [s for s, keep in zip(symbol, alive) if keep]
 
     def _check_word(self, word: str) -> list[int]:
         """The ids of ``word``'s byte symbols, or a ValueError (a pretrained vocabulary may lack a
@@ -580,6 +618,8 @@ def _parse_json(where: str, text: str) -> dict:
         data = json.loads(checks.text(where, text))
     except json.JSONDecodeError as err:
         raise ValueError(f"{where}: not JSON ({err})") from None
+    except RecursionError:           # e.g. a damaged file of thousands of nested brackets
+        raise ValueError(f"{where}: not the JSON of a tokenizer (nested too deeply to read)") from None
     if (not isinstance(data, dict) or data.get("type") != "ByteLevelBPE"
             or not isinstance(data.get("merges"), list) or not isinstance(data.get("special_tokens"), list)):
         raise ValueError(f"{where}: expected the JSON of ByteLevelBPE.to_json (type, special_tokens, merges)")

@@ -21,14 +21,17 @@ import hashlib
 import importlib
 import io
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock, Timeout
 from torch import nn
 
-from transformer_book.atomic import atomic_writer, remove_stale
+from transformer_book.atomic import remove_stale, write_atomically
 
 __all__ = [
     "MODEL_FORMAT_VERSION",
@@ -73,6 +76,25 @@ def _resolve(module: str, name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+@contextmanager
+def writer_lock(path: str | os.PathLike[str], *, busy: str) -> Iterator[None]:
+    """Hold the lock file beside ``path`` (``.<name>.lock``) for the block: :func:`~transformer_book.training.fit`
+    holds it for a whole run with a ``checkpoint_path``, :func:`save_model` for one write, so that
+    neither silently replaces a file the other is writing. A second writer, in this process or
+    another, is refused at once with ``RuntimeError(busy)``."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(target.parent / f".{target.name}.lock"), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RuntimeError(f"{busy} (it holds {lock.lock_file})") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def write_checkpoint(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """``torch.save`` ``obj`` with a SHA-256 checksum of its bytes, atomically: a crash mid-write
     leaves the previous file intact, and :func:`read_checkpoint` refuses a file changed since.
@@ -80,9 +102,10 @@ def write_checkpoint(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     payload = buffer.getvalue()
+    outer = io.BytesIO()       # in memory first: a full disk then fails in a plain write, naming the file
+    torch.save({_CHECKSUM: hashlib.sha256(payload).hexdigest(), _PAYLOAD: payload}, outer)
     remove_stale(path, older_than=_STALE_AFTER_S)
-    with atomic_writer(path) as file:
-        torch.save({_CHECKSUM: hashlib.sha256(payload).hexdigest(), _PAYLOAD: payload}, file)
+    write_atomically(path, outer.getvalue())
 
 
 def read_checkpoint(path: str | os.PathLike[str], *, where: str = "read_checkpoint") -> dict[str, Any]:
@@ -184,21 +207,53 @@ def save_model(
     """Write a trained model so that :func:`load_model` rebuilds it: its class, its config, its
     weights, the tokenizer it reads and writes with (a ``SubwordTokenizer`` or a
     ``WordPieceTokenizer``), and ``metadata`` (plain values such as scores or the number of
-    training steps). Written atomically, with a checksum.
+    training steps). Written atomically, with a checksum, while holding the lock file that
+    :func:`~transformer_book.training.fit` holds for its ``checkpoint_path``.
+
+    The model must be the one its config builds: a model adapted with LoRA is refused (its
+    weights live in ``LoRALinear`` layers that a fresh model does not have); save the merged model
+    (:func:`~transformer_book.lora.merge_lora`, which loads as a plain model with the same
+    outputs) or the adapters (:func:`~transformer_book.lora.lora_state_dict`).
 
     Raises:
-        ValueError: a model of a class not in :data:`SAVABLE_MODELS`, or another tokenizer.
+        ValueError: a model of a class not in :data:`SAVABLE_MODELS`, another tokenizer, or a
+            model whose weights a fresh model of its config would not take (LoRA layers).
+        RuntimeError: another writer holds ``path`` (a :func:`~transformer_book.training.fit`
+            run with it as ``checkpoint_path``, or a save in another process).
     """
     name = type(model).__name__
     if name not in SAVABLE_MODELS or not isinstance(model, _model_classes(name)[0]):
         raise ValueError(f"save_model: can save {sorted(SAVABLE_MODELS)}, not {type(model).__qualname__}")
     stored, kind = _stored_tokenizer(tokenizer)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    write_checkpoint({
-        "format_version": MODEL_FORMAT_VERSION, "class": name, "config": asdict(model.config), "model": state,
-        "tokenizer": stored, "tokenizer_kind": kind, "metadata": dict(metadata or {}),
-    }, path)
+    _check_rebuildable(model, state, path)
+    with writer_lock(path, busy=f"save_model: {path} is being written by another writer (a run of fit with it as "
+                                f"checkpoint_path, or another save); wait for it, or save elsewhere"):
+        write_checkpoint({
+            "format_version": MODEL_FORMAT_VERSION, "class": name, "config": asdict(model.config), "model": state,
+            "tokenizer": stored, "tokenizer_kind": kind, "metadata": dict(metadata or {}),
+        }, path)
     return Path(path)
+
+
+def _check_rebuildable(model: nn.Module, state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> None:
+    """What :func:`load_model` will build from the config, ``model_class(config_class(**config))``,
+    must take ``state`` as it is: a model changed after it was built (adapted with LoRA, a layer
+    replaced) is refused before anything is written, naming what differs. The comparison builds
+    the fresh model on PyTorch's meta device, which allocates no memory."""
+    model_class, config_class = _model_classes(type(model).__name__)
+    with torch.device("meta"):
+        fresh = model_class(config_class(**asdict(model.config))).state_dict()
+    extra, missing = sorted(set(state) - set(fresh)), sorted(set(fresh) - set(state))
+    shapes = [k for k in state if k in fresh and state[k].shape != fresh[k].shape]
+    if extra or missing or shapes:
+        lora = any(k.endswith((".lora_a", ".lora_b")) for k in extra)
+        raise ValueError(
+            f"save_model: {type(model).__name__}'s weights do not match a fresh model of its config, so "
+            f"{path} could not be loaded again (extra {extra[:4]}{'...' if len(extra) > 4 else ''}, "
+            f"missing {missing[:4]}{'...' if len(missing) > 4 else ''}, other shapes {shapes[:4]})"
+            + ("; the model has LoRA layers: save merge_lora(model) for the adapted model as a whole, or "
+               "lora_state_dict(model) for the adapters alone" if lora else ""))
 
 
 def load_model(path: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> tuple[nn.Module, Any, dict[str, Any]]:

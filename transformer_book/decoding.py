@@ -148,6 +148,8 @@ def translate(
     if isinstance(sentences, str):
         raise ValueError("translate: sentences must be a sequence of str, got one str")
     checks.positive_int("translate", batch_size=batch_size)
+    if max_new_tokens is not None:               # None means the default; 0 is not "the default"
+        checks.positive_int("translate", max_new_tokens=max_new_tokens)
     _check_beam(beam_size, normalize, False, where="translate")
     target_tokenizer = target_tokenizer or source_tokenizer
     for index, sentence in enumerate(sentences):
@@ -166,7 +168,7 @@ def translate(
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         src = pad_sequences([encoded[i] for i in chunk], PAD_ID).to(device)
-        budget = max_new_tokens or 2 * src.shape[1] + 10
+        budget = 2 * src.shape[1] + 10 if max_new_tokens is None else max_new_tokens
         if limit is not None:
             budget = min(budget, limit)
         if beam_size == 1:
@@ -242,6 +244,11 @@ def _check_sampling(logits: torch.Tensor, temperature: float, top_p: float | Non
         raise ValueError(f"next_token_distribution: temperature must be a finite non-negative number, got {temperature!r}")
     if (top_p is None or temperature == 0) and torch.isnan(logits).any():
         raise ValueError("next_token_distribution: logits hold NaN (a diverged model, or a bad input)")
+    if torch.isposinf(logits).any():
+        raise ValueError("next_token_distribution: logits hold +inf (a diverged model, or a bad input)")
+    if logits.numel() and torch.isneginf(logits).all(dim=-1).any():
+        raise ValueError("next_token_distribution: a row of logits is -inf everywhere: every token is excluded, "
+                         "and there is no distribution to draw from")
 
 
 def next_token_distribution(
@@ -255,8 +262,8 @@ def next_token_distribution(
         Probabilities of ``logits``' shape, each row summing to one.
 
     Raises:
-        ValueError: a negative, infinite or NaN temperature, NaN logits, or a bad ``top_k`` or
-            ``top_p``.
+        ValueError: a negative, infinite or NaN temperature, NaN or +inf logits, a row of
+            logits that is -inf everywhere, or a bad ``top_k`` or ``top_p``.
     """
     _check_sampling(logits, temperature, top_p)
     if temperature == 0:

@@ -3,11 +3,15 @@ and labelled heatmaps of attention weights and similarity matrices."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+from transformer_book import checks
 
 if TYPE_CHECKING:  # matplotlib is imported lazily: importing the package stays light
     from matplotlib.axes import Axes
@@ -137,20 +141,28 @@ def label_points(
         The ``n`` annotations, in the order of ``labels``.
 
     Raises:
-        ValueError: if ``xy`` is not of shape ``(n, 2)`` or not finite, the counts differ, or
-            ``radii_pt`` is empty, not positive or not increasing.
+        ValueError: if ``xy`` is not of shape ``(n, 2)`` or not finite, ``labels`` is one string
+            or holds a non-string, the counts differ, ``fontsize`` or ``marker_pt`` is not a
+            finite positive number, or ``radii_pt`` is empty, not finite, not positive or not
+            increasing.
     """
     points = np.asarray(xy, dtype=float)
     if points.ndim != 2 or points.shape[1] != 2:
         raise ValueError(f"label_points: xy must have shape (n, 2), got {points.shape}")
     if not np.isfinite(points).all():
         raise ValueError("label_points: xy has a NaN or infinite coordinate")
+    if isinstance(labels, str) or not all(isinstance(label, str) for label in labels):
+        raise ValueError("label_points: labels must be a sequence of strings, one per point "
+                         f"(a single str would give each point one character), got {labels!r:.60}")
     if len(labels) != len(points):
         raise ValueError(f"label_points: {len(labels)} labels for {len(points)} points")
-    if colours is not None and len(colours) != len(points):
-        raise ValueError(f"label_points: {len(colours)} colours for {len(points)} points")
-    if not radii_pt or any(not r > 0 for r in radii_pt) or list(radii_pt) != sorted(radii_pt):
-        raise ValueError(f"label_points: radii_pt must be positive and increasing, got {tuple(radii_pt)}")
+    if colours is not None and (isinstance(colours, str) or len(colours) != len(points)):
+        raise ValueError(f"label_points: colours must be a sequence of {len(points)} colours, one per point, got {colours!r:.60}")
+    checks.finite_real("label_points", "fontsize", fontsize, above=0)
+    checks.finite_real("label_points", "marker_pt", marker_pt, above=0)
+    if (isinstance(radii_pt, str) or not radii_pt or any(isinstance(r, bool) or not isinstance(r, Real) or not math.isfinite(r) or not r > 0 for r in radii_pt)
+            or list(radii_pt) != sorted(radii_pt)):
+        raise ValueError(f"label_points: radii_pt must be finite, positive and increasing, got {tuple(radii_pt)}")
     figure = ax.figure
     figure.draw_without_rendering()  # settle the layout, so that pixels below are final
     renderer = figure.canvas.get_renderer()

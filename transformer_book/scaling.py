@@ -331,8 +331,9 @@ def fit_scaling_law(N: ArrayLike, D: ArrayLike, L: ArrayLike, *, huber_delta: fl
         The fitted :class:`ScalingLaw`; its residuals are ``np.log(law.loss(N, D) / L)``.
 
     Raises:
-        ValueError: lengths differ, fewer than 5 runs, a value not positive and finite, a
-            bad ``huber_delta`` or ``grid``, or no start reaching finite constants.
+        ValueError: lengths differ, fewer than 5 runs, fewer than 3 distinct ``N`` or ``D``
+            (the law is not identifiable from them), a value not positive and finite, a bad
+            ``huber_delta`` or ``grid``, or no start reaching finite constants.
     """
     data, starts = _check_fit("fit_scaling_law", N, D, L, huber_delta, grid)
     fits = [_lbfgs(start, data, _SCREEN_ITERATIONS if screen else _MAX_ITERATIONS) for start in starts]
@@ -360,7 +361,20 @@ def _check_fit(where: str, N: object, D: object, L: object, huber_delta: object,
                grid: object) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]:
     """The fit's data ``(log N, log D, log L, delta)`` and its starts ``(S, 5)``."""
     N, D, L = _check_runs(where, N, D, L, huber_delta, minimum=5)
+    _check_identifiable(where, N, D)
     return (np.log(N), np.log(D), np.log(L), float(huber_delta)), _check_grid(where, grid)
+
+
+def _check_identifiable(where: str, N: np.ndarray, D: np.ndarray) -> None:
+    r"""At least three distinct model sizes and three distinct token counts. Along :math:`N` the
+    runs see :math:`E + A N^{-\alpha}` only up to a constant shared with the data term, so two sizes
+    give one difference for two unknowns (:math:`A`, :math:`\alpha`): any exponent fits, and the
+    fit returns one without a word. The same holds for :math:`D`, :math:`B` and :math:`\beta`."""
+    for name, values, term in (("N", N, "A and alpha"), ("D", D, "B and beta")):
+        distinct = np.unique(values)
+        if distinct.size < 3:
+            raise ValueError(f"{where}: the runs have {distinct.size} distinct {name} ({distinct.tolist()}); the law "
+                             f"needs at least 3 to tell {term} apart from each other and from E")
 
 
 def _law_from_logs(where: str, e: float, a: float, b: float, alpha: float, beta: float) -> ScalingLaw:

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from transformer_book import checks
+from transformer_book.atomic import write_atomically
 
 __all__ = ["SubwordTokenizer", "SPECIAL_TOKENS", "PAD_ID", "SOS_ID", "EOS_ID", "UNK_ID"]
 
@@ -119,13 +120,14 @@ class SubwordTokenizer:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> SubwordTokenizer:
         """Read a model written by :meth:`save`."""
-        return cls(Path(path).read_bytes())
+        try:
+            return cls(Path(path).read_bytes())
+        except ValueError as err:
+            raise ValueError(f"SubwordTokenizer.load: {path}: {err}") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model's bytes to ``path`` (creating its folder)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(self._proto)
+        write_atomically(path, self._proto)     # a failed write leaves the previous file whole
 
     def to_bytes(self) -> bytes:
         """The serialised SentencePiece model (store it in a checkpoint to rebuild the tokeniser)."""

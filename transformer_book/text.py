@@ -60,6 +60,12 @@ class Vocab:
     """
 
     def __init__(self, tokens: Sequence[str], counts: Sequence[int] | None = None) -> None:
+        if isinstance(tokens, (str, bytes)):  # a str is a sequence of its characters: almost never meant
+            raise ValueError(f"Vocab: tokens must be a sequence of str, got one {type(tokens).__name__} "
+                             "(for its characters pass list(s))")
+        bad = [t for t in tokens if not isinstance(t, str)]
+        if bad:
+            raise ValueError(f"Vocab: tokens must be str, got {bad[0]!r} ({type(bad[0]).__name__})")
         if len(set(tokens)) != len(tokens):
             raise ValueError("Vocab: tokens must be distinct")
         normalised: dict[str, str] = {}

@@ -222,12 +222,23 @@ def _check_backward(where: str, dout: object, q: torch.Tensor, k: torch.Tensor, 
     _check_tiled(where, q, k, v, *options)
     expected = {"dout": (*q.shape[:3], v.shape[-1]), "out": (*q.shape[:3], v.shape[-1]), "lse": tuple(q.shape[:3])}
     for name, t in zip(expected, (dout, out, lse)):
-        if not isinstance(t, torch.Tensor) or tuple(t.shape) != expected[name] or t.dtype != q.dtype:
+        dtype = _accumulator_dtype(q) if name == "lse" else q.dtype        # the forward's lse is float32 or wider
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != expected[name] or t.dtype != dtype:
             what = f"shape {tuple(t.shape)}, dtype {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{where}: {name} must have shape {expected[name]} and dtype {q.dtype}, got {what}")
+            raise ValueError(f"{where}: {name} must have shape {expected[name]} and dtype {dtype}, got {what}")
 
 
 # --------------------------------------------------------------------------- tiled attention
+
+
+def _accumulator_dtype(q: torch.Tensor) -> torch.dtype:
+    """The dtype of the running sums: float32 for half precision, ``q``'s own otherwise."""
+    return torch.promote_types(q.dtype, torch.float32)
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, rows: slice, cols: slice, scale: float, wide: torch.dtype) -> torch.Tensor:
+    r"""One tile of scores :math:`Q_I K_J^\top \cdot \text{scale}`, ``(B, h, rows, cols)``, computed in ``wide``."""
+    return q[:, :, rows].to(wide) @ k[:, :, cols].to(wide).transpose(-2, -1) * scale
 
 
 def _exclude(s: torch.Tensor, mask: torch.Tensor | None, causal: bool, rows: slice, cols: slice,
@@ -277,11 +288,15 @@ def tiled_attention_forward(
         block_q, block_k: the tile's size, positive ints (need not divide ``n`` or ``m``).
         scale: the scores' factor, default :math:`1/\sqrt{d_k}`.
 
+    Half-precision inputs are multiplied and summed in float32, tile by tile (a score of a
+    float16 tile can pass float16's largest number, 65,504, before it is scaled); the output is
+    returned in the inputs' dtype.
+
     Returns:
-        ``(out, lse)``: the output ``(B, h, n, d_v)`` and each row's logsumexp of its scores
-        :math:`L_i = m_i + \log \ell_i`, ``(B, h, n)``, which is all the backward pass needs. A row
-        with no visible key gets a zero output and :math:`L_i = +\infty` (so that the backward
-        pass's :math:`e^{s - L}` is 0 there).
+        ``(out, lse)``: the output ``(B, h, n, d_v)`` in ``q``'s dtype and each row's logsumexp of
+        its scores :math:`L_i = m_i + \log \ell_i`, ``(B, h, n)``, in float32 or wider, which is
+        all the backward pass needs. A row with no visible key gets a zero output and
+        :math:`L_i = +\infty` (so that the backward pass's :math:`e^{s - L}` is 0 there).
 
     Raises:
         ValueError: shapes, dtypes or devices that disagree, a mask that is not boolean or does
@@ -291,26 +306,27 @@ def tiled_attention_forward(
     (B, h, n, d_k), m = q.shape, k.shape[-2]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     mask = None if mask is None else mask.expand(B, h, n, m)  # a view: nothing is copied
-    out, lse = q.new_empty(B, h, n, v.shape[-1]), q.new_empty(B, h, n)
+    wide = _accumulator_dtype(q)  # float32 for half precision, as FlashAttention keeps its sums
+    out, lse = q.new_empty(B, h, n, v.shape[-1]), q.new_empty(B, h, n, dtype=wide)
     for i0 in range(0, n, block_q):  # a block of queries ...
         rows = slice(i0, min(i0 + block_q, n))
-        row_max = q.new_full((B, h, rows.stop - i0), float("-inf"))  # m_i: the largest score so far
-        row_sum = q.new_zeros(B, h, rows.stop - i0)  # l_i: the sum of exp(s_ij - m_i) so far
-        acc = q.new_zeros(B, h, rows.stop - i0, v.shape[-1])  # a_i: the sum of exp(s_ij - m_i) v_j so far
+        row_max = q.new_full((B, h, rows.stop - i0), float("-inf"), dtype=wide)  # m_i: the largest score so far
+        row_sum = q.new_zeros(B, h, rows.stop - i0, dtype=wide)  # l_i: the sum of exp(s_ij - m_i) so far
+        acc = q.new_zeros(B, h, rows.stop - i0, v.shape[-1], dtype=wide)  # a_i: the sum of exp(s_ij - m_i) v_j so far
         for j0 in range(0, m, block_k):  # ... meets each block of keys
             cols = slice(j0, min(j0 + block_k, m))
             if causal and cols.start > rows.stop - 1 + m - n:  # the rest lies above the diagonal
                 break
-            s = q[:, :, rows] @ k[:, :, cols].transpose(-2, -1) * scale  # (B, h, block_q, block_k)
+            s = _scores(q, k, rows, cols, scale, wide)  # (B, h, block_q, block_k)
             s = _exclude(s, mask, causal, rows, cols, m - n)
             new_max = torch.maximum(row_max, s.amax(dim=-1))
             shift = _shift(new_max)
             p = torch.exp(s - shift[..., None])
             rescale = torch.exp(row_max - shift)  # exp(m_old - m_new) <= 1
             row_sum = row_sum * rescale + p.sum(dim=-1)
-            acc = acc * rescale[..., None] + p @ v[:, :, cols]
+            acc = acc * rescale[..., None] + p @ v[:, :, cols].to(wide)
             row_max = new_max
-        out[:, :, rows] = acc / row_sum.clamp_min(torch.finfo(q.dtype).tiny)[..., None]  # divided once
+        out[:, :, rows] = acc / row_sum.clamp_min(torch.finfo(wide).tiny)[..., None]  # divided once
         lse[:, :, rows] = torch.where(row_sum > 0, row_max + torch.log(row_sum), float("inf"))
     return out, lse
 
@@ -357,23 +373,24 @@ def tiled_attention_backward(
     (B, h, n, d_k), m = q.shape, k.shape[-2]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     mask = None if mask is None else mask.expand(B, h, n, m)
-    D = (dout * out).sum(dim=-1)  # (B, h, n)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    wide = _accumulator_dtype(q)
+    D = (dout.to(wide) * out.to(wide)).sum(dim=-1)  # (B, h, n)
+    dq, dk, dv = (torch.zeros_like(t, dtype=wide) for t in (q, k, v))
     for j0 in range(0, m, block_k):  # a block of keys and values ...
         cols = slice(j0, min(j0 + block_k, m))
         for i0 in range(0, n, block_q):  # ... meets each block of queries
             rows = slice(i0, min(i0 + block_q, n))
             if causal and cols.start > rows.stop - 1 + m - n:  # above the diagonal: P = 0
                 continue
-            s = q[:, :, rows] @ k[:, :, cols].transpose(-2, -1) * scale  # the forward's tile, recomputed
+            s = _scores(q, k, rows, cols, scale, wide)  # the forward's tile, recomputed
             s = _exclude(s, mask, causal, rows, cols, m - n)
             p = torch.exp(s - lse[:, :, rows, None])  # (B, h, block_q, block_k)
-            dv[:, :, cols] += p.transpose(-2, -1) @ dout[:, :, rows]
-            dp = dout[:, :, rows] @ v[:, :, cols].transpose(-2, -1)
-            ds = p * (dp - D[:, :, rows, None])
-            dq[:, :, rows] += ds @ k[:, :, cols] * scale
-            dk[:, :, cols] += ds.transpose(-2, -1) @ q[:, :, rows] * scale
-    return dq, dk, dv
+            do, q_i, k_j, v_j = dout[:, :, rows].to(wide), q[:, :, rows].to(wide), k[:, :, cols].to(wide), v[:, :, cols].to(wide)
+            dv[:, :, cols] += p.transpose(-2, -1) @ do
+            ds = p * (do @ v_j.transpose(-2, -1) - D[:, :, rows, None])  # dS = P (dP - D), dP = dO V^T
+            dq[:, :, rows] += ds @ k_j * scale
+            dk[:, :, cols] += ds.transpose(-2, -1) @ q_i * scale
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 class TiledAttentionFunction(torch.autograd.Function):

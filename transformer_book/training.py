@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
-from filelock import FileLock, Timeout
 from torch import nn
 # The text progress bar everywhere: it renders in terminals, Jupyter and Colab alike, and
 # unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
@@ -33,7 +32,7 @@ from tqdm.std import tqdm
 
 from transformer_book import checks
 from transformer_book.attention import ATTENTION_KERNELS, device_kernels
-from transformer_book.checkpoints import check_model_matches, read_checkpoint, require_keys, write_checkpoint
+from transformer_book.checkpoints import check_model_matches, read_checkpoint, require_keys, write_checkpoint, writer_lock
 from transformer_book.checkpoints import load_model, save_model  # noqa: F401 - re-exported
 from transformer_book.flops import mfu, peak_flops
 from transformer_book.objectives import label_smoothed_cross_entropy, language_model_loss, seq2seq_loss  # noqa: F401
@@ -392,14 +391,6 @@ def _check_resumable(saved: dict[str, Any] | None, config: TrainConfig, path: st
                          "another checkpoint_path")
 
 
-def _run_lock(path: str) -> FileLock:
-    """A lock held while :func:`fit` writes checkpoints to ``path``, so that a second run given the
-    same path fails at once instead of overwriting the first's checkpoints."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(target.parent / f".{target.name}.lock"), timeout=0)
-
-
 def fit(
     model: nn.Module,
     train_batches: Callable[[int], Any],
@@ -454,19 +445,12 @@ def fit(
     if resume and config.checkpoint_path is None:
         raise ValueError("fit: resume=True needs config.checkpoint_path")
     # one lock per run: in a DDP run rank 0 holds it (it alone writes the checkpoints)
-    lock = _run_lock(config.checkpoint_path) if config.checkpoint_path is not None and _world()[0] == 0 else None
-    if lock is not None:
-        try:
-            lock.acquire()
-        except Timeout:
-            raise RuntimeError(f"fit: another run is training with checkpoint_path {config.checkpoint_path} "
-                               f"(it holds {lock.lock_file}); give each run its own checkpoint_path") from None
-    try:
+    lock = (writer_lock(config.checkpoint_path, busy=f"fit: another run is training with checkpoint_path "
+                        f"{config.checkpoint_path}, or a save_model is writing it; give each run its own checkpoint_path")
+            if config.checkpoint_path is not None and _world()[0] == 0 else nullcontext())
+    with lock:
         return _fit(model, train_batches, loss_fn, config, val_batches=val_batches, device=device,
                     progress=progress, resume=resume)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callable, config: TrainConfig, *,

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from transformer_book import checks
+from transformer_book.atomic import read_back_text, write_atomically
 
 __all__ = [
     "WordPieceTokenizer", "SPECIAL_TOKENS", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID",
@@ -219,14 +220,16 @@ class WordPieceTokenizer:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON of :meth:`to_str` to ``path`` (creating its folder)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self.to_str(), encoding="utf-8")
+        write_atomically(path, self.to_str())    # a failed write leaves the previous file whole
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> WordPieceTokenizer:
         """Read a tokenizer written by :meth:`save`."""
-        return cls.from_str(Path(path).read_text(encoding="utf-8"))
+        try:
+            return cls.from_str(read_back_text(path, where="WordPieceTokenizer.load"))
+        except ValueError as err:
+            message = str(err)
+            raise ValueError(message if str(path) in message else f"WordPieceTokenizer.load: {path}: {message}") from None
 
     # ------------------------------------------------------------------ the vocabulary
 

@@ -33,7 +33,15 @@ def nearest_neighbours(
     ``(word, similarity)`` pairs, best first, skipping the words in ``exclude``."""
     if len(words) != len(vectors):
         raise ValueError(f"nearest_neighbours: {len(words)} words for {len(vectors)} vectors")
-    similarity = _unit_rows(vectors) @ _unit_rows(np.asarray(query)[None, :])[0]
+    query, vectors = np.asarray(query, dtype=np.float64), np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim != 2 or query.shape != vectors.shape[1:]:
+        raise ValueError(f"nearest_neighbours: query of shape {query.shape} against vectors of shape {vectors.shape}: "
+                         f"the query must be one vector (d,) of the vectors' width")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"nearest_neighbours: k must be a positive int, got {k!r}")
+    if isinstance(exclude, str):
+        raise ValueError("nearest_neighbours: exclude must be a sequence of words, not one str")
+    similarity = _unit_rows(vectors) @ _unit_rows(query[None, :])[0]
     skip = set(exclude)
     ranked = (i for i in np.argsort(-similarity, kind="stable") if words[i] not in skip)
     return [(words[i], float(similarity[i])) for _, i in zip(range(k), ranked)]

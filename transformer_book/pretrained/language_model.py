@@ -116,7 +116,8 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     """The metadata and tensors of a GGUF file, through llama.cpp's ``gguf`` package (memory-mapped).
 
     Raises:
-        CheckpointError: the file is not a GGUF file, or the ``gguf`` package is missing.
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: the file is not a GGUF file, or is cut short (a tensor ends past its end).
     """
     try:
         from gguf import GGUFReader
@@ -125,8 +126,16 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     path = Path(path)
     try:
         reader = GGUFReader(str(path))
-    except (ValueError, OSError, KeyError, IndexError) as err:
-        raise CheckpointError(f"{path}: not a GGUF file this reader understands ({err})") from None
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure of the parser: a file it cannot read
+        raise CheckpointError(f"{path}: not a GGUF file this reader understands ({type(err).__name__}: {err})") from None
+    size = path.stat().st_size
+    for tensor in reader.tensors:                # a memory map cut short would hand back shorter arrays
+        end = int(tensor.data_offset) + int(tensor.n_bytes)
+        if end > size:
+            raise CheckpointError(f"{path}: cut short: tensor {tensor.name} ends at byte {end:,}, the file has "
+                                  f"{size:,} (an interrupted download or copy?)")
     metadata = {}
     for name, field in reader.fields.items():
         if name.startswith("GGUF."):

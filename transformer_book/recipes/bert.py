@@ -33,6 +33,7 @@ import torch
 
 from transformer_book import checks, checkpoints, runtime, training
 from transformer_book.recipes import loading
+from transformer_book.atomic import write_atomically
 from transformer_book.data import pretraining
 from transformer_book.models.bert import BERT, POSITIONS, BERTConfig, bert_loss, evaluate_pretraining
 from transformer_book.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
@@ -452,9 +453,8 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
     study = {"budget_s": budget_s, "device": runtime.device_description(torch.device(device)),
              "threads_for_timing": torch.get_num_threads(), "torch_version": torch.__version__,
              "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs}
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(study, indent=1) + "\n"
-    path.write_text(text)
+    write_atomically(path, text)
     return json.loads(text)                                         # as load_study reads it back
 
 

@@ -27,15 +27,20 @@ def load_or_train(
     tokenizer_class: type | None,
     device: torch.device,
     where: str,
+    expect: dict[str, Any] | None = None,
 ) -> tuple[nn.Module, Any, dict[str, Any]]:
     """``(model in eval mode, tokenizer, metadata)`` read from ``path`` when the file exists, else
     ``train()``'s (which trains, saves to ``path`` and returns the same three).
     ``metadata["source"]`` says ``"loaded"`` or ``"trained"``, ``metadata["path"]`` where.
     ``tokenizer_class=None`` is a model saved without a tokenizer (chapter 9's character GPT).
 
+    ``expect`` names metadata a loaded file must record with these values (the corpus a
+    translator was trained on, say): a file trained for something else is refused, not returned.
+
     Raises:
         ValueError: the file holds something other than a ``model_class`` with its
-            ``tokenizer_class`` (a BERT where a translator was asked for, say), or is damaged.
+            ``tokenizer_class`` (a BERT where a translator was asked for, say), records other
+            values than ``expect`` (or none), or is damaged.
     """
     if path.exists():
         model, tokenizer, metadata = checkpoints.load_model(path, device=device)
@@ -45,6 +50,11 @@ def load_or_train(
             asked = "no tokenizer" if tokenizer_class is None else f"a {tokenizer_class.__name__}"
             raise ValueError(f"{where}: {path} holds a {type(model).__name__} with {held}, not a "
                              f"{model_class.__name__} with {asked}")
+        for key, value in (expect or {}).items():
+            if key not in metadata or metadata[key] != value:
+                held = f"{key}={metadata[key]!r}" if key in metadata else f"no {key}"
+                raise ValueError(f"{where}: {path} holds a model trained with {held}, not {key}={value!r}; "
+                                 f"give another path, or remove the file to train one")
         return model, tokenizer, {**metadata, "source": "loaded", "path": str(path)}
     model, tokenizer, metadata = train()
     return model.eval(), tokenizer, {**metadata, "source": "trained", "path": str(path)}

@@ -202,7 +202,7 @@ def load_or_train(
 
     Raises:
         ValueError: an unknown corpus, ``steps`` not a positive int, or a file at ``path`` that
-            holds another kind of model (a BERT, a GPT).
+            holds another kind of model (a BERT, a GPT) or a translator trained on another corpus.
     """
     _check_corpus(corpus, "load_or_train")
     _check_steps(steps, "load_or_train")
@@ -214,7 +214,7 @@ def load_or_train(
         return run.model, run.tokenizer, _metadata(corpus, run.history)
 
     return loading.load_or_train(path, trained, model_class=Transformer, tokenizer_class=SubwordTokenizer,
-                                 device=device, where="load_or_train")
+                                 device=device, where="load_or_train", expect={"corpus": corpus})
 
 
 class Translation(NamedTuple):
@@ -258,8 +258,9 @@ def translate_with_attention(
         raise ValueError(f"translate_with_attention: model must be a models.Transformer, got {type(model).__name__}")
     if not isinstance(sentence, str) or not sentence.strip():
         raise ValueError(f"translate_with_attention: sentence must be a non-empty str, got {sentence!r}")
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"translate_with_attention: beam_size must be a positive int, got {beam_size!r}")
+    checks.positive_int("translate_with_attention", beam_size=beam_size)
+    if max_new_tokens is not None:               # None means the default; 0 is not "the default"
+        checks.positive_int("translate_with_attention", max_new_tokens=max_new_tokens)
     limit = model.config.max_len
     ids = tokenizer.encode(sentence, add_eos=True)
     if len(ids) > limit:
@@ -267,7 +268,7 @@ def translate_with_attention(
                          f"model's max_len={limit}; split it into shorter sentences")
     device = next(model.parameters()).device
     src = torch.tensor([ids], device=device)
-    budget = min(max_new_tokens or 2 * len(ids) + 10, limit)
+    budget = min(2 * len(ids) + 10 if max_new_tokens is None else max_new_tokens, limit)
     model.eval()
     if beam_size == 1:
         output = decoding.greedy_decode(model, src, max_new_tokens=budget)[0].tolist()

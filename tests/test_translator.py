@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_book import data, decoding
+from transformer_book import checkpoints, data, decoding
 from transformer_book.recipes import translator
 from transformer_book.decoding import translate
 
@@ -56,6 +56,19 @@ def test_load_or_train_refuses_a_translator_trained_on_another_corpus(fake_multi
     assert info["corpus"] == "multi30k"
     with pytest.raises(ValueError, match=r"holds a model trained with corpus='multi30k', not corpus='tatoeba'"):
         translator.load_or_train("tatoeba", path=info["path"], device="cpu")
+
+
+def test_a_translator_saved_without_its_corpus_loads_from_its_own_path_only(fake_multi30k, tmp_path):
+    """Chapter 7 saves its Multi30k translator itself, with metadata that names no corpus: at the
+    corpus's own path that file is the corpus's and loads; anywhere else it is refused."""
+    model, tokenizer, _ = translator.load_or_train(steps=2, device="cpu", progress=False)
+    own = translator.checkpoint_path()
+    checkpoints.save_model(own, model, tokenizer=tokenizer, metadata={"steps": 2})        # as chapter 7 does
+    assert translator.load_or_train(device="cpu")[2]["source"] == "loaded"
+    elsewhere = tmp_path / "copy.pt"
+    checkpoints.save_model(elsewhere, model, tokenizer=tokenizer, metadata={"steps": 2})
+    with pytest.raises(ValueError, match=r"holds a model trained with no corpus, not corpus='multi30k'"):
+        translator.load_or_train(path=elsewhere, device="cpu")
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ def load_or_train(
     device: torch.device,
     where: str,
     expect: dict[str, Any] | None = None,
+    unrecorded_ok: bool = False,
 ) -> tuple[nn.Module, Any, dict[str, Any]]:
     """``(model in eval mode, tokenizer, metadata)`` read from ``path`` when the file exists, else
     ``train()``'s (which trains, saves to ``path`` and returns the same three).
@@ -36,6 +37,8 @@ def load_or_train(
 
     ``expect`` names metadata a loaded file must record with these values (the corpus a
     translator was trained on, say): a file trained for something else is refused, not returned.
+    A file that records no value for a key is refused too, unless ``unrecorded_ok`` (its path
+    alone says what it holds: chapter 7 saves its translator itself, at the corpus's own path).
 
     Raises:
         ValueError: the file holds something other than a ``model_class`` with its
@@ -51,7 +54,7 @@ def load_or_train(
             raise ValueError(f"{where}: {path} holds a {type(model).__name__} with {held}, not a "
                              f"{model_class.__name__} with {asked}")
         for key, value in (expect or {}).items():
-            if key not in metadata or metadata[key] != value:
+            if (key not in metadata and not unrecorded_ok) or (key in metadata and metadata[key] != value):
                 held = f"{key}={metadata[key]!r}" if key in metadata else f"no {key}"
                 raise ValueError(f"{where}: {path} holds a model trained with {held}, not {key}={value!r}; "
                                  f"give another path, or remove the file to train one")

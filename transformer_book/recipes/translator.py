@@ -214,7 +214,8 @@ def load_or_train(
         return run.model, run.tokenizer, _metadata(corpus, run.history)
 
     return loading.load_or_train(path, trained, model_class=Transformer, tokenizer_class=SubwordTokenizer,
-                                 device=device, where="load_or_train", expect={"corpus": corpus})
+                                 device=device, where="load_or_train", expect={"corpus": corpus},
+                                 unrecorded_ok=path.resolve() == checkpoint_path(corpus=corpus).resolve())
 
 
 class Translation(NamedTuple):

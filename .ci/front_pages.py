@@ -133,7 +133,7 @@ def run_facts(path: Path) -> str:
     ran = (f"The outputs on this page took {_format_minutes(minutes)} to compute in the `full` profile on "
            f"{threads} CPU thread{'' if threads == '1' else 's'} (their last run, {status['finished']:%Y-%m-%d})."
            if minutes is not None else "The outputs on this page carry no timings.")
-    lines = [f"```{{admonition}} Running this chapter", ":class: tip", ran]
+    lines = ["```{admonition} Running this chapter", ":class: tip", ran]
     chapter_of = {"chapter 7's translators": "07", "chapter 9's GPT": "09", "chapter 13's BERT": "13"}
     own = []
     for need in needs(path):

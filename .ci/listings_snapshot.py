@@ -1,9 +1,14 @@
-import json, re, sys
+import json
+import re
+import sys
 from pathlib import Path
+
 root = sys.argv[1]; sys.path.insert(0, root)
 import transformer_book
+
 assert transformer_book.__file__.startswith(root), transformer_book.__file__
 from transformer_book import runtime
+
 ns = {}
 exec("""
 import transformer_book as tb

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from timing import add_round_arguments, check_round_arguments, interleaved
 
-from timing import add_round_arguments, check_round_arguments, interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.attention import scaled_dot_product_attention
 from transformer_book.runtime import machine_description
 

@@ -30,10 +30,10 @@ import json
 from pathlib import Path
 
 import torch
+from timing import interleaved
 
 from transformer_book import decoding
 from transformer_book.models import Transformer, TransformerConfig
-from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.runtime import machine_description
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
@@ -41,14 +41,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "beam_search_speed.json"
 
 
-def chapter8_plain_beam_search(model: torch.nn.Module, device: torch.device):  # noqa: ANN201
+def chapter8_plain_beam_search(model: torch.nn.Module, device: torch.device):
     """``plain_beam_search`` as chapter 8 defines it, bound to ``model`` and ``device``."""
     notebook = json.loads((ROOT / "book" / "08_decoding.ipynb").read_text(encoding="utf-8"))
     source = next("".join(c["source"]) for c in notebook["cells"]
                   if c["cell_type"] == "code" and "".join(c["source"]).startswith("def plain_beam_search"))
     definition = source.split("\n\n\n")[0]                     # the function, not the cell's demonstration
     namespace = {"torch": torch, "model": model, "device": device, "SOS_ID": SOS_ID, "EOS_ID": EOS_ID, "tokenizer": None}
-    exec(compile(definition, "book/08_decoding.ipynb", "exec"), namespace)  # noqa: S102 - the book's own code
+    exec(compile(definition, "book/08_decoding.ipynb", "exec"), namespace)  # the book's own code
     return namespace["plain_beam_search"]
 
 

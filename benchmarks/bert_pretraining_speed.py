@@ -37,10 +37,9 @@ from statistics import median
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
+from timing import interleaved, training_pass
 from torch import nn
 
-from timing import interleaved, training_pass  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.models.bert import BERT, IGNORE_INDEX, BERTConfig, pretraining_loss
 from transformer_book.runtime import machine_description
 from transformer_book.twins import torch_encoder_layer

@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from timing import time_block
 
-from timing import time_block  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book import data, layers
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.runtime import machine_description
@@ -83,7 +83,7 @@ def fused_layer_norm() -> Iterator[None]:
 
 
 def twin(device: torch.device) -> dict:
-    from gpt_training_speed import CONFIGS, TorchGPT  # noqa: E402 - sibling module
+    from gpt_training_speed import CONFIGS, TorchGPT
 
     c = CONFIGS["cpu"]
     torch.manual_seed(0)
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only:
         try:
             result[name] = {"kv": kv, "twin": twin, "layernorm": lambda d: layernorm(d, args.smoke), "word2vec": word2vec}[name](device)
-        except Exception as err:  # noqa: BLE001 - one failed measurement must not lose the others
+        except Exception as err:  # one failed measurement must not lose the others
             result[name] = {"error": f"{type(err).__name__}: {err}"}
             print(name, "failed:", result[name]["error"], flush=True)
             continue

@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 import torch
+from timing import event_median
 
-from timing import event_median  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book import data, flops, training
 from transformer_book.attention import ATTENTION_KERNELS, MultiHeadAttention, prefer_attention_kernel
 from transformer_book.models import GPT, GPTConfig

@@ -34,9 +34,9 @@ from statistics import median
 
 import torch
 import torch.nn.functional as F
+from timing import interleaved, training_pass
 from torch import nn
 
-from timing import interleaved, training_pass  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.masks import causal_mask
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.twins import torch_encoder_layer
@@ -85,7 +85,7 @@ def main() -> None:
     ours = GPT(GPTConfig(65, context=c["context"], d_model=c["d_model"], n_heads=c["n_heads"], n_layers=c["n_layers"],
                          dropout=0.0)).to(device)
     with torch.no_grad():  # non-trivial norm parameters and biases, so the check covers them
-        for name, p in ours.named_parameters():
+        for p in ours.parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p), alpha=0.05)
     theirs = TorchGPT(ours).to(device)

@@ -32,14 +32,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from transformer_book import data, metrics, objectives, results, runtime, training
-from transformer_book import decoding
+from transformer_book import data, decoding, metrics, objectives, results, runtime, training
 from transformer_book.models import Transformer
 from transformer_book.recipes import bert as small_bert
 from transformer_book.recipes import translator as mt

@@ -30,10 +30,10 @@ import json
 from pathlib import Path
 
 import torch
+from timing import interleaved
 
 from transformer_book.decoding import generate
 from transformer_book.models import GPT, GPTConfig, Transformer, TransformerConfig
-from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.runtime import machine_description
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "kv_cache_speed.json"

@@ -32,8 +32,8 @@ import platform
 from pathlib import Path
 
 import torch
+from timing import add_round_arguments, check_round_arguments, interleaved
 
-from timing import add_round_arguments, check_round_arguments, interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.attention import MultiHeadAttention
 from transformer_book.runtime import machine_description
 from transformer_book.twins import torch_multihead_attention

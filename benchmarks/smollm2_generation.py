@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 import torch
+from timing import interleaved
 
-from timing import interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.decoding import generate
 from transformer_book.grouped_attention import kv_cache_bytes
 from transformer_book.pretrained import load_language_model

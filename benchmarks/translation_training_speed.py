@@ -54,9 +54,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from timing import add_round_arguments, check_round_arguments, interleaved
 from torch import nn
 
-from timing import add_round_arguments, check_round_arguments, interleaved  # noqa: E402 - the sibling module benchmarks/timing.py
 from transformer_book.models import Transformer, TransformerConfig, shift_right
 from transformer_book.positional import SinusoidalPositionalEncoding
 from transformer_book.runtime import machine_description
@@ -252,7 +252,7 @@ def run(
     )
     ours = Transformer(config).to(device).train()
     with torch.no_grad():  # non-zero biases and norm parameters, so that the check covers them
-        for name, p in ours.named_parameters():
+        for p in ours.parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p), alpha=0.02)
     theirs = TorchTranslator(ours)  # same weights, same device, train mode

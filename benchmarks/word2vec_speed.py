@@ -159,8 +159,9 @@ def main() -> None:
         arch = name.split()[1]
         gensim_name = next(n for n in summary if n.startswith(f"gensim {arch}"))
         ratio = s["words_per_second"]["median"] / summary[gensim_name]["words_per_second"]["median"]
-        cell = lambda k, f="{:.3f}": (f"{f.format(s[k]['median'])} ({f.format(s[k]['min'])}-"  # noqa: E731
-                                      f"{f.format(s[k]['max'])})")
+        def cell(k: str, f: str = "{:.3f}", s: dict = s) -> str:
+            return f"{f.format(s[k]['median'])} ({f.format(s[k]['min'])}-{f.format(s[k]['max'])})"
+
         lines.append(f"| {name} | {s['seconds']['median']:.1f} | {s['words_per_second']['median']:,.0f} | "
                      f"{ratio:.2f}x | {cell('wordsim353')} | {cell('simlex999')} | "
                      f"{cell('analogy', '{:.2%}')} |")

@@ -9,11 +9,21 @@ Each case ends 'ok' (the right result), 'clear' (an error naming the problem), '
 result), 'unhelpful' (an error that does not name the problem) or 'error?' (the probe itself
 failed); the last line counts them.
 """
-import concurrent.futures as cf, io, os, tempfile, threading, unicodedata, pickle, zipfile, math, traceback
-import numpy as np, torch
+import concurrent.futures as cf
+import io
+import math
+import os
+import tempfile
+import threading
+import unicodedata
+import zipfile
+
+import numpy as np
+import torch
+
 torch.set_num_threads(1)
-from transformer_book import attention, decoding, layers, masks, positional, text, training
-from transformer_book.models import GPT, GPTConfig, BERT, BERTConfig, Transformer, TransformerConfig
+from transformer_book import attention, decoding, positional, text, training
+from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig, Transformer, TransformerConfig
 from transformer_book.subword import SubwordTokenizer
 from transformer_book.wordpiece import WordPieceTokenizer
 
@@ -278,8 +288,9 @@ def _():
 
 @case("corrupt", "fetch with a directory where the cached file should be")
 def _():
-    from transformer_book.data import fetch, Corpus, RemoteFile
     import hashlib
+
+    from transformer_book.data import Corpus, RemoteFile, fetch
     d = tempfile.mkdtemp(); src = os.path.join(d, "src.txt"); open(src, "wb").write(b"abc")
     os.environ["TB_CACHE_DIR"] = os.path.join(d, "cache")
     os.makedirs(os.path.join(d, "cache", "toy", "f.txt"))
@@ -291,8 +302,9 @@ def _():
 
 # ================ Part IV modules, tokenizer files, checkpoint loaders (issue 41) ================
 # 'lost' is a save that destroyed the previous file; 'slow' a call whose time grows out of proportion.
-import resource, signal, time, json as _json
-from pathlib import Path as _Path
+import resource
+import signal
+import time
 
 
 def _under_file_size_limit(limit: int, fn):
@@ -350,7 +362,7 @@ def _():
 
 @case("files", "save_model on a disk that fills up mid-write")
 def _():
-    from transformer_book.checkpoints import save_model, load_model
+    from transformer_book.checkpoints import load_model, save_model
     class Saver:
         def __init__(self, seed): self.model = gpt() if seed == 0 else GPT(GPTConfig(vocab_size=50, context=32, d_model=32, n_heads=4, n_layers=2))
         def save(self, path): save_model(path, self.model)
@@ -387,6 +399,7 @@ def _():
 @case("files", "save_model to a path that a training run holds (its lock file)")
 def _():
     from filelock import FileLock
+
     from transformer_book.checkpoints import save_model
     d = tempfile.mkdtemp(); path = os.path.join(d, "run.pt"); save_model(path, gpt())
     before = open(path, "rb").read()
@@ -424,7 +437,7 @@ def _():
 @case("bytebpe", "encode one unbroken word of 16,000 characters")
 def _():
     tok = _bpe(330)
-    began = time.perf_counter(); ids = tok.encode(("katoriderthestan" * 1000)); took = time.perf_counter() - began
+    began = time.perf_counter(); tok.encode("katoriderthestan" * 1000); took = time.perf_counter() - began
     return ("ok" if took < 2 else "slow"), f"{took:.2f} s"
 
 @case("bytebpe", "a merge list that repeats a pair")
@@ -479,8 +492,8 @@ def _lora_classifier():
 
 @case("lora", "save_model of a model adapted with LoRA, then load_model")
 def _():
+    from transformer_book.checkpoints import load_model, save_model
     from transformer_book.lora import apply_lora
-    from transformer_book.checkpoints import save_model, load_model
     path = os.path.join(tempfile.mkdtemp(), "lora.pt")
     model = apply_lora(bert(), r=2)
     try:
@@ -505,7 +518,10 @@ def _():
 
 @case("args", "label_points with the labels as one string")
 def _():
-    import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     from transformer_book.plotting import label_points
     fig, ax = plt.subplots(); ax.plot([0, 1], [0, 1], "o")
     try:
@@ -515,7 +531,10 @@ def _():
 
 @case("args", "label_points with a NaN font size")
 def _():
-    import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     from transformer_book.plotting import label_points
     fig, ax = plt.subplots(); ax.plot([0, 1], [0, 1], "o")
     try:
@@ -561,6 +580,7 @@ def _():
 for g, n, v, d in results:
     print(f"{v:10} {g:12} {n}  | {d}")
 from collections import Counter
+
 print(Counter(v for _, _, v, _ in results), len(results))
 part4 = [r for r in results if r[0] in ("files", "bytebpe", "tiled", "cache", "scaling", "lora", "args", "time")]
 print("issue 41's cases:", Counter(v for _, _, v, _ in part4), len(part4))

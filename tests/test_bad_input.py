@@ -8,14 +8,20 @@ import pytest
 import torch
 
 from transformer_book import attention, decoding, layers, masks, metrics, positional, prompting, text, training
-from transformer_book.data import pad_sequences
+from transformer_book.data import finetuning as tasks
+from transformer_book.data import pad_sequences, registry
 from transformer_book.embeddings import ppmi
 from transformer_book.embeddings.similarity import nearest_neighbours
-from transformer_book.models import Encoder
-from transformer_book.data import finetuning as tasks
-from transformer_book.data import registry
-from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig, Transformer, TransformerConfig
-from transformer_book.models import finetuning
+from transformer_book.models import (
+    BERT,
+    GPT,
+    BERTConfig,
+    Encoder,
+    GPTConfig,
+    Transformer,
+    TransformerConfig,
+    finetuning,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

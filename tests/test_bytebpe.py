@@ -308,12 +308,12 @@ def test_a_character_never_seen_is_its_bytes(trained: ByteLevelBPE) -> None:
         assert ByteLevelBPE([]).encode(text) == [i - 1 for i in byte_ids]  # no merges, no special: the bytes
         pieces = trained.id_to_token(trained.encode(text))  # 😺 shares its first bytes with 😀, seen in training
         assert "".join(pieces) == "".join(table[b] for b in text.encode("utf-8"))
-    assert trained.encode("ℵ𝔘") == [trained.vocab[table[b]] for b in "ℵ𝔘".encode("utf-8")]
+    assert trained.encode("ℵ𝔘") == [trained.vocab[table[b]] for b in "ℵ𝔘".encode()]
 
 
 def test_decode_replaces_invalid_utf8_like_tokenizers(trained: ByteLevelBPE) -> None:
     table = bytes_to_unicode()
-    euro = "€".encode("utf-8")  # e2 82 ac
+    euro = "€".encode()  # e2 82 ac
     assert trained.decode([trained.vocab[table[b]] for b in euro[:2]]) == "\ufffd"
     assert trained.decode([trained.vocab[table[0xFF]], trained.vocab[table[ord("a")]]]) == "\ufffda"
     theirs = _hf_train(TRAIN, 500, 2, [EOT])
@@ -422,10 +422,10 @@ def test_bad_merges_and_json_are_refused() -> None:
 
 # --------------------------------------------------------------------------- long pre-tokens (issue 41)
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from transformer_book.bytebpe import _symbols  # noqa: E402
+from transformer_book.bytebpe import _symbols
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)

@@ -62,8 +62,16 @@ def test_the_training_loop_imports_no_model_and_no_tokenizer():
 
 
 def test_the_models_declare_the_interfaces_decoding_dispatches_on():
-    from transformer_book.models import (BERT, GPT, BERTConfig, GPTConfig, RNNSeq2Seq, RNNSeq2SeqConfig,
-                                         Transformer, TransformerConfig)
+    from transformer_book.models import (
+        BERT,
+        GPT,
+        BERTConfig,
+        GPTConfig,
+        RNNSeq2Seq,
+        RNNSeq2SeqConfig,
+        Transformer,
+        TransformerConfig,
+    )
     from transformer_book.subword import SubwordTokenizer
     from transformer_book.wordpiece import WordPieceTokenizer
 

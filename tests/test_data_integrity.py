@@ -27,7 +27,7 @@ class Server:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the library's name
+            def do_GET(self) -> None:  # the library's name
                 outer.requests += 1
                 body = CONTENT if outer.mode != "wrong" else CONTENT[::-1]
                 self.send_response(200)
@@ -112,7 +112,7 @@ def _fetch_in_a_process(url: str, cache_dir: str, queue: multiprocessing.Queue) 
     try:
         path = fetch(corpus(url))
         queue.put(("ok", str(path), hashlib.sha256(path.read_bytes()).hexdigest()))
-    except Exception as err:  # noqa: BLE001 - reported to the parent
+    except Exception as err:  # reported to the parent
         queue.put(("error", repr(err), ""))
 
 

@@ -111,3 +111,13 @@ def test_displayed_functions_open_with_at_most_one_check_line(path: Path) -> Non
             if before > 1:
                 too_many.append(f"{name}: {before} check lines before the computation, {after} after")
     assert not too_many, f"{path.name} displays argument checks instead of the equation:\n" + "\n".join(too_many)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_displayed_code_carries_no_linter_comments(path: Path) -> None:
+    """A listing is read, not linted: no ``noqa`` (or ``type: ignore``) comment in anything shown."""
+    namespace, shown = _displayed(path)
+    marked = [f"{expression}: {line.strip()}" for expression in shown
+              for line in inspect.getsource(inspect.unwrap(eval(expression, namespace))).splitlines()
+              if "# noqa" in line or "# type: ignore" in line]
+    assert not marked, f"{path.name} shows linter comments:\n" + "\n".join(marked)

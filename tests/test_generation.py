@@ -40,7 +40,7 @@ def test_top_k_keeps_the_k_highest_and_their_ties():
 def test_top_p_keeps_the_token_that_crosses_p():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     logits = probs.log()[None]
-    kept = lambda p: torch.isfinite(filter_top_p(logits, p))[0].tolist()  # noqa: E731
+    kept = lambda p: torch.isfinite(filter_top_p(logits, p))[0].tolist()
     # mass strictly above each token: 0, 0.5, 0.8, 0.95; a token stays while that is < p
     assert kept(0.3) == [True, False, False, False]          # the most probable token always stays
     assert kept(0.49) == [True, False, False, False]         # token 0 alone reaches 0.49

@@ -23,7 +23,7 @@ def test_shapes_and_the_tied_output():
     assert model.output.weight is model.embedding.weight
     untied = small(tie_output=False)
     assert untied.output.weight is not untied.embedding.weight
-    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    n = lambda m: sum(p.numel() for p in m.parameters())
     assert n(untied) - n(model) == 11 * 16
 
 

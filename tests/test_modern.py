@@ -173,9 +173,9 @@ def test_parameter_count_by_formula():
     # 256 x 128 position table and biases; outside the embeddings 791,680 against 793,344
     modern = ModernGPT(ModernGPTConfig(vocab_size=65))
     gpt = GPT(GPTConfig(vocab_size=65, context=256, d_model=128, n_heads=4, n_layers=4))
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    count = lambda m: sum(p.numel() for p in m.parameters())
     assert (count(modern), count(gpt)) == (800_000, 834_432)
-    embeddings = lambda m: sum(e.weight.numel() for e in m.modules() if isinstance(e, nn.Embedding))  # noqa: E731
+    embeddings = lambda m: sum(e.weight.numel() for e in m.modules() if isinstance(e, nn.Embedding))
     assert (count(modern) - embeddings(modern), count(gpt) - embeddings(gpt)) == (791_680, 793_344)
 
 

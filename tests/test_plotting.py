@@ -6,13 +6,13 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot is imported anywhere: no display needed
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.axes import Axes
 
-from transformer_book.plotting import attention_heatmap, heatmap  # noqa: E402
+from transformer_book.plotting import attention_heatmap, heatmap
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +116,7 @@ def test_attention_heatmap_cross_attention_labels():
 
 # ----------------------------------------------------------------------------- the book's style
 
-from transformer_book.plotting import BOOK_COLOURS, BOOK_WIDTH_IN, MIN_FONT_PT, panels, use_book_style  # noqa: E402
+from transformer_book.plotting import BOOK_COLOURS, BOOK_WIDTH_IN, MIN_FONT_PT, panels, use_book_style
 
 # Machado, Oliveira and Fernandes (2009): full-severity simulation of the two red-green
 # deficiencies, as matrices on linear RGB.
@@ -223,7 +223,7 @@ def test_panels_rejects_a_count_that_is_not_a_positive_integer(bad):
 
 # ----------------------------------------------------------------------------- labelled points
 
-from transformer_book.plotting import label_points  # noqa: E402
+from transformer_book.plotting import label_points
 
 
 def _boxes(annotations):

@@ -136,7 +136,7 @@ def test_offset_matrix_shifts_every_position(k):
     assert m.shape == (d, d) and m.dtype == F64
     pos = np.arange(20, 60, dtype=np.float64)
     # Independent table at pos and pos + k (k may be fractional or negative).
-    table = lambda p: np.array([[_pe_math(q, j, d) for j in range(d)] for q in p])  # noqa: E731
+    table = lambda p: np.array([[_pe_math(q, j, d) for j in range(d)] for q in p])
     shifted = table(pos) @ m.numpy().T
     np.testing.assert_allclose(shifted, table(pos + k), rtol=0, atol=1e-10)
     # Column-vector form on the package table: PE(pos + k) = M_k PE(pos).

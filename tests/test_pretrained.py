@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 import transformers  # the optional extra "pretrained"; requirements.txt installs it for the tests
 
 from transformer_book.models.bert import BERTConfig

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer_book import checkpoints, data, training
-from transformer_book.models import BERT, BERTConfig, GPT
+from transformer_book.models import BERT, GPT, BERTConfig
 from transformer_book.recipes import gpt
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from notebook_source import without_magics
 import torch
+from notebook_source import without_magics
 
 import transformer_book
 from transformer_book import results

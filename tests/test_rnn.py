@@ -394,7 +394,8 @@ def test_tiny_model_learns_to_reverse(attention):
     model = RNNSeq2Seq(RNNSeq2SeqConfig(vocab, vocab, d_embedding=16, d_hidden=32, dropout=0.0, attention=attention))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     first_loss = loss = None
-    for step in range(300):
+    steps = 300
+    for _ in range(steps):
         logits = model(src, tgt_in)
         loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=PAD)
         first_loss = loss.item() if first_loss is None else first_loss
@@ -404,7 +405,7 @@ def test_tiny_model_learns_to_reverse(attention):
         loss.backward()
         optimizer.step()
     assert first_loss > 2.0  # started near chance (ln 12 = 2.48), so the task was learned
-    assert loss.item() < 0.02, f"loss {loss.item():.3f} after {step + 1} steps"
+    assert loss.item() < 0.02, f"loss {loss.item():.3f} after {steps} steps"
     model.eval()
     with torch.no_grad():
         assert torch.equal(model(src, tgt_in).argmax(-1), targets)

@@ -14,10 +14,9 @@ import pytest
 import torch
 
 from transformer_book import training
-from transformer_book.recipes import bert as small_bert
 from transformer_book.models import Transformer, TransformerConfig
-from transformer_book.models.bert import BERT, BERTConfig
-from transformer_book.models.bert import evaluate_pretraining
+from transformer_book.models.bert import BERT, BERTConfig, evaluate_pretraining
+from transformer_book.recipes import bert as small_bert
 from transformer_book.recipes.bert import (
     FIRST_EDITION,
     GPU_RECIPE,
@@ -29,11 +28,11 @@ from transformer_book.recipes.bert import (
     checkpoint_path,
     load_or_pretrain,
     load_study,
-    study_path,
     prepare_data,
     pretrain,
     recipe,
     seconds_per_step,
+    study_path,
     study_recipes,
     train_config,
     unigram_cross_entropy,

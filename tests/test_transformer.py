@@ -398,7 +398,8 @@ def test_tiny_transformer_learns_to_reverse():
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     first_loss = loss = None
-    for step in range(300):
+    steps = 300
+    for _ in range(steps):
         logits = model(src, tgt_in)
         loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=PAD)
         first_loss = loss.item() if first_loss is None else first_loss
@@ -408,7 +409,7 @@ def test_tiny_transformer_learns_to_reverse():
         loss.backward()
         optimizer.step()
     assert first_loss > 1.5  # it started near chance (ln 12 = 2.48), so the task was learned
-    assert loss.item() < 0.05, f"loss {loss.item():.3f} after {step + 1} steps"
+    assert loss.item() < 0.05, f"loss {loss.item():.3f} after {steps} steps"
     model.eval()
     with torch.no_grad():
         predicted = model(src, tgt_in).argmax(-1)

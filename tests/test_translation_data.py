@@ -216,7 +216,7 @@ def test_batches_shared_by_threads_are_those_of_one_thread():
         shared = BucketedBatches(examples, max_tokens=120, seed=5)
         order = list(np.random.default_rng(trial).permutation(len(steps)))
         with ThreadPoolExecutor(4) as pool:
-            found = dict(zip(order, pool.map(lambda i: shared.locate(steps[i]), order)))
+            found = dict(zip(order, pool.map(lambda i, shared=shared: shared.locate(steps[i]), order)))
         assert [found[i] for i in range(len(steps))] == expected
         assert [shared.locate(step) for step in steps] == expected          # not corrupted afterwards
     copy = pickle.loads(pickle.dumps(shared))                                # the lock is not pickled

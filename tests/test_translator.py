@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from transformer_book import checkpoints, data, decoding
-from transformer_book.recipes import translator
 from transformer_book.decoding import translate
+from transformer_book.recipes import translator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

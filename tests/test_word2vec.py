@@ -13,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from transformer_book.embeddings import word2vec as word2vec_module
 from transformer_book.embeddings.contexts import (
     cbow_windows,
     encode_corpus,
@@ -31,7 +32,6 @@ from transformer_book.embeddings.word2vec import (
     softmax_loss,
     train_word2vec,
 )
-from transformer_book.embeddings import word2vec as word2vec_module
 from transformer_book.text import Vocab
 
 FOX = "The quick brown fox jumps over the lazy dog".split()
@@ -119,7 +119,7 @@ def test_skipgram_pairs_full_window_equal_a_loop_and_stay_in_their_sentence(kind
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(12)]
     sentences = [list(rng.choice(words, size=rng.integers(1, 15))) for _ in range(40)]
-    vocab = Vocab.build((w for s in sentences for w in s if w != "w11"))  # w11 is out of vocabulary
+    vocab = Vocab.build(w for s in sentences for w in s if w != "w11")  # w11 is out of vocabulary
     corpus = encode_corpus(sentences, vocab)
     centres, contexts = map(_np, skipgram_pairs(corpus, 3, GENERATORS[kind](1), reduced=False))
     assert Counter(zip(centres.tolist(), contexts.tolist())) == _brute_force_pairs(sentences, vocab, 3)

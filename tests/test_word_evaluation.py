@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 import sys
 
+import gensim.test.utils as gensim_utils  # gensim is a dependency of the package: never skipped
 import numpy as np
 import pytest
-
-import gensim.test.utils as gensim_utils  # gensim is a dependency of the package: never skipped
 from gensim.models import KeyedVectors
 
 from transformer_book.embeddings.evaluation import (

@@ -357,7 +357,8 @@ class MultiHeadAttention(nn.Module):
         return F.linear(x, weight, bias)
 
     @staticmethod
-    def _fused_attention(q, k, v, mask, bias, p, causal=False):  # noqa: ANN001, ANN205 - private
+    def _fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                         bias: torch.Tensor | None, p: float, causal: bool = False) -> torch.Tensor:
         """``F.scaled_dot_product_attention`` in the book's conventions.
 
         Fully masked rows are computed unmasked, then zeroed, so that no kernel ever sees a

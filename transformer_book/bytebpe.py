@@ -47,7 +47,6 @@ import numbers
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
 from transformer_book import checks
 from transformer_book.atomic import read_back_text, write_atomically

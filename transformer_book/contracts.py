@@ -20,10 +20,9 @@ import torch
 
 from transformer_book.subword import PAD_ID
 from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
-from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
 
 __all__ = ["IGNORE_INDEX", "pad_sequences", "Seq2SeqBatch", "PretrainingBatch", "FineTuningBatch", "InContextBatch",
-           "Tokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel", "conforms"]
+           "Tokenizer", "BatchTokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel", "conforms"]
 
 IGNORE_INDEX = -100
 """The target id that every loss of the package skips (PyTorch's ``cross_entropy`` default):
@@ -132,6 +131,13 @@ class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
 
     def __len__(self) -> int: ...
+
+
+class BatchTokenizer(Tokenizer, Protocol):
+    """A :class:`Tokenizer` that also encodes many texts at once, as the data pipelines call it
+    (all three of the package's tokenizers are)."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
 
 
 @runtime_checkable

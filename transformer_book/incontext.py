@@ -11,6 +11,7 @@ measured again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import comb
 
 import torch
@@ -141,7 +142,7 @@ def previous_item_attention(model: GPT, task: InContextTask, layer: int, *, spli
     return weights[:, :, labels, labels - 1].mean(dim=(0, 2))
 
 
-def icl_loss(log: list[torch.Tensor] | None = None):  # noqa: ANN201 - a loss function for fit
+def icl_loss(log: list[torch.Tensor] | None = None) -> Callable[[GPT, InContextBatch], tuple[torch.Tensor, int]]:
     """The loss function for :func:`~transformer_book.training.fit` on
     :class:`~transformer_book.data.incontext.InContextBatch` es: the mean cross-entropy of the
     labels (items are ``IGNORE_INDEX``), with the number of labels scored. With a list ``log``,

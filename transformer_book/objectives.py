@@ -18,7 +18,8 @@ their models: :func:`~transformer_book.models.bert.bert_loss`,
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

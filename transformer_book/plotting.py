@@ -108,7 +108,7 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def label_points(
-    ax: "Axes",
+    ax: Axes,
     xy: np.ndarray | Sequence[Sequence[float]],
     labels: Sequence[str],
     *,
@@ -116,7 +116,7 @@ def label_points(
     fontsize: float = MIN_FONT_PT,
     radii_pt: Sequence[float] = (2.0, 8.0, 15.0, 24.0, 35.0),
     marker_pt: float = 3.0,
-) -> "list[Annotation]":
+) -> list[Annotation]:
     """Write ``labels[i]`` beside the point ``xy[i]`` of a scatter plot without two labels overlapping.
 
     Each label is tried in eight directions around its point, nearest ring first (``radii_pt``, in
@@ -233,7 +233,7 @@ def heatmap(
     row_labels: Sequence[str],
     col_labels: Sequence[str],
     *,
-    ax: "Axes | None" = None,
+    ax: Axes | None = None,
     title: str | None = None,
     xlabel: str = "",
     ylabel: str = "",
@@ -243,7 +243,7 @@ def heatmap(
     vmax: float | None = None,
     annotate: bool = True,
     fmt: str = "{:.2f}",
-) -> "Axes":
+) -> Axes:
     """Draw a labelled matrix with a colour bar, one cell per entry.
 
     Args:
@@ -294,10 +294,10 @@ def attention_heatmap(
     query_tokens: Sequence[str],
     key_tokens: Sequence[str] | None = None,
     *,
-    ax: "Axes | None" = None,
+    ax: Axes | None = None,
     title: str | None = "Attention weights",
     annotate: bool = True,
-) -> "Axes":
+) -> Axes:
     """Heatmap of attention weights ``A`` of shape ``(n, m)``: row ``i`` is query ``i``'s
     distribution over the keys, so every row sums to 1.
 

@@ -88,7 +88,7 @@ def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
     return float(x) if np.ndim(x) == 0 else x
 
 
-def _check_law(law: "ScalingLaw") -> None:
+def _check_law(law: ScalingLaw) -> None:
     r"""Finite constants, :math:`E \ge 0`, :math:`A, B > 0`."""
     for name in ("E", "A", "B", "alpha", "beta"):
         value = getattr(law, name)

@@ -26,6 +26,7 @@ import io
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 from transformer_book import checks
 from transformer_book.atomic import write_atomically
@@ -37,7 +38,7 @@ SPECIAL_TOKENS = ("<pad>", "<sos>", "<eos>", "<unk>")
 PAD_ID, SOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
 
-def _sentencepiece():  # noqa: ANN202 - the module
+def _sentencepiece() -> ModuleType:
     try:
         import sentencepiece
     except ImportError as err:  # pragma: no cover - a dependency of the package

@@ -81,7 +81,7 @@ class Vocab:
         self.counts = np.asarray(counts if counts is not None else [0] * len(tokens), dtype=np.int64)
 
     @classmethod
-    def build(cls, tokens: Iterable[str], min_count: int = 1) -> "Vocab":
+    def build(cls, tokens: Iterable[str], min_count: int = 1) -> Vocab:
         """Keep every token seen at least ``min_count`` times."""
         if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
             raise ValueError(f"Vocab.build: min_count must be a positive int, got {min_count!r}")

@@ -627,11 +627,23 @@ def memory_by_length(
     for n in lengths:
         q, k, v, dout = (torch.randn(batch, n_heads, n, d_k, generator=generator, dtype=dtype).to(device)
                          .requires_grad_(backward and i < 3) for i in range(4))
-        paths = {"materialised": lambda: materialised_attention(q, k, v),
-                 "tiled": lambda: tiled_attention(q, k, v, block_q=block, block_k=block)}
-        if backward:
-            paths = {name: lambda f=f: torch.autograd.grad(f(), (q, k, v), dout) for name, f in paths.items()}
+        paths = _memory_paths(q, k, v, dout, block=block, backward=backward)
         peaks = {name: peak_memory_bytes(f, device=device) for name, f in paths.items()}
         seconds = {name: _timed(f, device) for name, f in paths.items()}
         rows.append(MemoryRow(n, peaks["materialised"], peaks["tiled"], seconds["materialised"], seconds["tiled"]))
     return rows
+
+
+def _memory_paths(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, *, block: int,
+                  backward: bool) -> dict[str, Callable[[], object]]:
+    """The two ways of computing attention that :func:`memory_by_length` measures, as calls without arguments."""
+    def materialised() -> torch.Tensor:
+        return materialised_attention(q, k, v)
+
+    def tiled() -> torch.Tensor:
+        return tiled_attention(q, k, v, block_q=block, block_k=block)
+
+    paths = {"materialised": materialised, "tiled": tiled}
+    if backward:
+        return {name: (lambda f=f: torch.autograd.grad(f(), (q, k, v), dout)) for name, f in paths.items()}
+    return paths

@@ -18,27 +18,34 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
 # The text progress bar everywhere: it renders in terminals, Jupyter and Colab alike, and
 # unlike tqdm.auto needs no ipywidgets (whose absence tqdm.auto reports with a warning).
 from tqdm.std import tqdm
 
 from transformer_book import checks
 from transformer_book.attention import ATTENTION_KERNELS, device_kernels
-from transformer_book.checkpoints import check_model_matches, read_checkpoint, require_keys, write_checkpoint, writer_lock
-from transformer_book.checkpoints import load_model, save_model  # noqa: F401 - re-exported
+from transformer_book.checkpoints import (  # noqa: F401 - re-exported
+    check_model_matches,
+    load_model,
+    read_checkpoint,
+    require_keys,
+    save_model,
+    write_checkpoint,
+    writer_lock,
+)
 from transformer_book.flops import mfu, peak_flops
 from transformer_book.objectives import label_smoothed_cross_entropy, language_model_loss, seq2seq_loss  # noqa: F401
 from transformer_book.runtime import seed_everything
-from transformer_book.schedules import SCHEDULES, make_schedule
-from transformer_book.schedules import warmup_cosine, warmup_inverse_sqrt  # noqa: F401 - re-exported
+from transformer_book.schedules import SCHEDULES, make_schedule, warmup_cosine, warmup_inverse_sqrt  # noqa: F401 - re-exported
 
 __all__ = ["TrainConfig", "History", "fit", "CHECKPOINT_VERSION", "init_distributed", "shard_batch", "to_device",
            "seconds_per_step", "steps_in_budget", "summary_line"]

@@ -33,10 +33,14 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from transformer_book import checks
 from transformer_book.atomic import read_back_text, write_atomically
+
+if TYPE_CHECKING:  # tokenizers is imported lazily
+    from tokenizers import Tokenizer as HFTokenizer
 
 __all__ = [
     "WordPieceTokenizer", "SPECIAL_TOKENS", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID",
@@ -53,7 +57,7 @@ _SPECIAL_PATTERN = re.compile("|".join(re.escape(token) for token in SPECIAL_TOK
 _START_PLANE, _CONTINUE_PLANE, _PLANE_SIZE = 0xF0000, 0x100000, 0xFFFE
 
 
-def _tokenizers():  # noqa: ANN202 - the module
+def _tokenizers() -> ModuleType:
     try:
         import tokenizers
     except ImportError as err:  # pragma: no cover - a dependency of the package
@@ -61,7 +65,7 @@ def _tokenizers():  # noqa: ANN202 - the module
     return tokenizers
 
 
-def _pipeline(vocab: dict[str, int]):  # noqa: ANN202 - a tokenizers.Tokenizer
+def _pipeline(vocab: dict[str, int]) -> HFTokenizer:
     """The uncased BERT tokenizer around a WordPiece vocabulary, specials registered."""
     tk = _tokenizers()
     tokenizer = tk.Tokenizer(tk.models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix=_PREFIX,
@@ -114,7 +118,7 @@ class WordPieceTokenizer:
     ``[MASK]`` 103. Padding must be id 0 (the batches pad with 0).
     """
 
-    def __init__(self, tokenizer) -> None:  # noqa: ANN001 - a tokenizers.Tokenizer
+    def __init__(self, tokenizer: HFTokenizer) -> None:
         tk = _tokenizers()
         if not isinstance(tokenizer, tk.Tokenizer):
             raise ValueError(f"WordPieceTokenizer: expected a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
@@ -214,7 +218,7 @@ class WordPieceTokenizer:
         checks.text("WordPieceTokenizer.from_str", text)
         try:
             tokenizer = _tokenizers().Tokenizer.from_str(text)
-        except Exception as err:  # noqa: BLE001 - the library raises a bare Exception on bad JSON
+        except Exception as err:  # the library raises a bare Exception on bad JSON
             raise ValueError(f"WordPieceTokenizer.from_str: not a tokenizer's JSON ({err})") from None
         return cls(tokenizer)
 

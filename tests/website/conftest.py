@@ -10,9 +10,8 @@ from __future__ import annotations
 import functools
 
 import pytest
-from playwright.sync_api import sync_playwright
-
 import site_checks
+from playwright.sync_api import sync_playwright
 
 
 @pytest.fixture(scope="session")

@@ -173,7 +173,7 @@ def red_green_problems(snap: FigureSnapshot, site: Path, base_url: str) -> list[
         with Image.open(_image_file(site, base_url, image["src"])) as picture:
             pixels = np.asarray(picture.convert("RGB"), dtype=np.int32).reshape(-1, 3)
 
-        def share(colour):
+        def share(colour, pixels=pixels):
             return float((np.abs(pixels - np.array(colour)).max(axis=1) <= COLOUR_RADIUS).mean())
 
         green, red = share(DEFAULT_GREEN), share(DEFAULT_RED)

@@ -141,7 +141,7 @@ def page_path(docname: str) -> str:
 # ---- a local web server --------------------------------------------------------------------
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+    def log_message(self, format, *args):
         pass
 
 
@@ -410,7 +410,7 @@ class _PageParser(html.parser.HTMLParser):
                 self.links.append(("meta refresh", m.group(1).strip("'\"")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(path: Path) -> _PageParser:
     parser = _PageParser()
     parser.feed(path.read_text(encoding="utf-8", errors="replace"))

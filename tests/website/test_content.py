@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import functools
 
-import pytest
-
 import content_checks as cc
+import pytest
 import site_checks as sc
 
 DOCS = sc.toc_docnames()
@@ -110,7 +109,7 @@ def test_long_listing_button_shows_every_line(context, site_url):
         button = page.locator('.cell_output > div[class^="highlight-"] + button').first
         assert button.count() == 1, f"{chapter1}: no button under a long listing"
         pre = button.locator("xpath=preceding-sibling::div[1]//pre")
-        full = lambda: pre.evaluate("p => p.scrollHeight <= p.clientHeight + 2")  # noqa: E731
+        full = lambda: pre.evaluate("p => p.scrollHeight <= p.clientHeight + 2")
         assert not full() and button.get_attribute("aria-expanded") == "false"
         button.click()
         assert full() and button.get_attribute("aria-expanded") == "true", "the button did not show every line"

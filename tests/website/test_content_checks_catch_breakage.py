@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
-
 import content_checks as cc
+import pytest
 import site_checks as sc
 
 CHAPTERS = sc.chapter_docnames()

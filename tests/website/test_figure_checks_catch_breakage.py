@@ -14,12 +14,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import figure_checks as fc
+import matplotlib.pyplot as plt
+import pytest
+import site_checks as sc
 
-import figure_checks as fc  # noqa: E402
-import site_checks as sc  # noqa: E402
-from transformer_book.plotting import BOOK_COLOURS  # noqa: E402
+from transformer_book.plotting import BOOK_COLOURS
 
 PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
 <style>body {{ margin: 0 16px; }} img {{ max-width: 100%; height: auto !important; }}</style></head>

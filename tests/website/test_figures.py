@@ -22,9 +22,8 @@ import functools
 import json
 import re
 
-import pytest
-
 import figure_checks as fc
+import pytest
 import site_checks as sc
 
 

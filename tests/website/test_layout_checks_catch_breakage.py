@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 import shutil
 
-import pytest
-
 import layout_checks as lc
+import pytest
 import site_checks as sc
 
 DOCS = sc.toc_docnames()

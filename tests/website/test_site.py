@@ -14,7 +14,6 @@ and chapter 1 is saved as a full-page screenshot in _build/artifacts/chapter1.pn
 from __future__ import annotations
 
 import pytest
-
 import site_checks as sc
 
 DOCS = sc.toc_docnames()

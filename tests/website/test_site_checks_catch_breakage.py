@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 import site_checks as sc
 
 DOCS = sc.toc_docnames()

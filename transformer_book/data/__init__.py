@@ -38,6 +38,7 @@ from transformer_book.data.registry import (
     UnknownFileError,
     get_corpus,
 )
+from transformer_book.data.sst2 import load_sst2
 from transformer_book.data.translation import (
     MULTI30K_SPLITS,
     TATOEBA_ATTRIBUTION,
@@ -47,7 +48,6 @@ from transformer_book.data.translation import (
     load_tatoeba,
     split_linked_groups,
 )
-from transformer_book.data.sst2 import load_sst2
 from transformer_book.data.wikitext import WIKITEXT2_SPLITS, load_wikitext2, load_wikitext2_stream
 
 __all__ = [

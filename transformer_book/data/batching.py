@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
 
-from transformer_book.contracts import Seq2SeqBatch, pad_sequences
+from transformer_book.contracts import BatchTokenizer, Seq2SeqBatch, pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = ["Seq2SeqBatch", "pad_sequences", "collate_pairs", "encode_pairs", "BucketedBatches", "RandomWindows"]
@@ -74,8 +74,8 @@ def collate_pairs(
 
 def encode_pairs(
     pairs: Sequence[tuple[str, str]],
-    source_tokenizer,  # noqa: ANN001 - anything with encode_batch(texts) -> list[list[int]]
-    target_tokenizer=None,  # noqa: ANN001
+    source_tokenizer: BatchTokenizer,
+    target_tokenizer: BatchTokenizer | None = None,
     *,
     max_len: int | None = None,
 ) -> list[tuple[list[int], list[int]]]:
@@ -246,7 +246,7 @@ class BucketedBatches:
         epoch, index = self.locate(step)
         return self.batch(self.epoch(epoch)[index])
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self) -> Iterator[Seq2SeqBatch]:
         """The batches of one epoch (epoch 0, or the sorted epoch with ``shuffle=False``)."""
         return (self.batch(indices) for indices in self.epoch(0))
 

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from transformer_book.contracts import IGNORE_INDEX, FineTuningBatch
+from transformer_book.contracts import IGNORE_INDEX, BatchTokenizer, FineTuningBatch, Tokenizer
 from transformer_book.data.pretraining import check_max_len, encode_pair, special_ids
 from transformer_book.data.sst2 import load_sst2
 from transformer_book.wordpiece import PAD_ID
@@ -50,7 +50,7 @@ class Example(NamedTuple):
     allowed: list[bool] | None = None
 
 
-def encode_sentence(tokenizer, text: str, max_len: int) -> list[int]:  # noqa: ANN001
+def encode_sentence(tokenizer: Tokenizer, text: str, max_len: int) -> list[int]:
     """``[CLS] text [SEP]`` as ids, the text's pieces cut to ``max_len - 2``.
 
     Raises:
@@ -64,7 +64,7 @@ def encode_sentence(tokenizer, text: str, max_len: int) -> list[int]:  # noqa: A
     return [cls, *ids[: max_len - 2], sep]
 
 
-def sst2_examples(tokenizer, split: str, max_len: int, *, download: bool = True) -> list[Example]:  # noqa: ANN001
+def sst2_examples(tokenizer: Tokenizer, split: str, max_len: int, *, download: bool = True) -> list[Example]:
     """SST-2's ``split`` (``"train"`` or ``"dev"``) as single-sentence examples whose target is
     the label (1 positive, 0 negative); see :func:`~transformer_book.data.load_sst2`."""
     rows = load_sst2(split, download=download)
@@ -157,7 +157,7 @@ def pivot_paraphrase_pairs(pairs: Sequence[tuple[str, str]], *, test_fraction: f
     return out
 
 
-def pair_examples(tokenizer, pairs: Sequence[tuple[str, str, int]], max_len: int) -> list[Example]:  # noqa: ANN001
+def pair_examples(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str, int]], max_len: int) -> list[Example]:
     """Pairs ``(a, b, label)`` as ``[CLS] a [SEP] b [SEP]`` examples, laid out and truncated as
     in pretraining (:func:`~transformer_book.data.pretraining.encode_pair`)."""
     examples = []
@@ -187,11 +187,11 @@ def case_tag(word: str) -> int | None:
     return 3
 
 
-def _word_pieces(tokenizer, words: Sequence[str]) -> list[list[int]]:  # noqa: ANN001
+def _word_pieces(tokenizer: BatchTokenizer, words: Sequence[str]) -> list[list[int]]:
     return [list(ids) for ids in tokenizer.encode_batch(list(words))] if words else []
 
 
-def case_restoration_examples(tokenizer, sentences: Sequence[str], max_len: int) -> list[Example]:  # noqa: ANN001
+def case_restoration_examples(tokenizer: BatchTokenizer, sentences: Sequence[str], max_len: int) -> list[Example]:
     """Case restoration as tagging: each sentence (words separated by spaces) is read lower-cased
     and every word's first piece is tagged with the case the word had (:func:`case_tag`); the
     pieces that continue a word, words without letters, ``[UNK]`` and the specials get
@@ -260,7 +260,7 @@ def _find(words: Sequence[str], target: Sequence[str]) -> int:
     return next((i for i in range(len(words) - n + 1) if list(words[i:i + n]) == list(target)), -1)
 
 
-def cloze_span_examples(tokenizer, documents: Sequence[Sequence[str]], max_len: int, *,  # noqa: ANN001
+def cloze_span_examples(tokenizer: BatchTokenizer, documents: Sequence[Sequence[str]], max_len: int, *,
                         question_pieces: int = 40, per_passage: int = 2, seed: int = 0) -> list[SpanExample]:
     """Extractive cloze questions from articles.
 

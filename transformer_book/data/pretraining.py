@@ -41,7 +41,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from transformer_book.contracts import IGNORE_INDEX, PretrainingBatch
+from transformer_book.contracts import IGNORE_INDEX, PretrainingBatch, Tokenizer
 from transformer_book.data.wikitext import read_split
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 
@@ -232,7 +232,7 @@ def _truncated(len_a: int, len_b: int, max_len: int, where: str) -> tuple[int, i
     return len_a, len_b
 
 
-def encode_pair(tokenizer, a: str, b: str, max_len: int) -> tuple[list[int], list[int]]:  # noqa: ANN001
+def encode_pair(tokenizer: Tokenizer, a: str, b: str, max_len: int) -> tuple[list[int], list[int]]:
     """Ids and segment ids of ``[CLS] a [SEP] b [SEP]``, at most ``max_len`` of them.
 
     Segment 0 covers ``[CLS]``, ``a`` and its ``[SEP]``; segment 1 covers ``b`` and the final
@@ -254,7 +254,7 @@ def encode_pair(tokenizer, a: str, b: str, max_len: int) -> tuple[list[int], lis
     return [cls, *a_ids[:len_a], sep, *b_ids[:len_b], sep], [0] * (len_a + 2) + [1] * (len_b + 1)
 
 
-def special_ids(tokenizer) -> tuple[int, int, int]:  # noqa: ANN001
+def special_ids(tokenizer: Tokenizer) -> tuple[int, int, int]:
     """The ``([CLS], [SEP], [MASK])`` ids of ``tokenizer``: its ``cls_id``, ``sep_id`` and
     ``mask_id`` (a pretrained vocabulary's, 101, 102 and 103 in ``bert-base-uncased``), or the
     book's own 2, 3 and 4 for a tokenizer that does not say."""
@@ -348,7 +348,7 @@ class EncodedPairs:
         return (self[i] for i in range(len(self)))
 
 
-def encode_sentence_pairs(tokenizer, pairs: Sequence[SentencePair], max_len: int,  # noqa: ANN001
+def encode_sentence_pairs(tokenizer: Tokenizer, pairs: Sequence[SentencePair], max_len: int,
                           *, chunk_size: int = 8192) -> EncodedPairs:
     """:func:`encode_pair` for every pair, packed into :class:`EncodedPairs` for :class:`PretrainingBatches`.
 
@@ -405,7 +405,7 @@ def _chunks(sentences: Sequence[np.ndarray], size: int) -> list[list[np.ndarray]
     return chunks
 
 
-def pack_documents(tokenizer, documents: Sequence[Sequence[str]], max_len: int, *, nsp: bool = True,  # noqa: ANN001
+def pack_documents(tokenizer: Tokenizer, documents: Sequence[Sequence[str]], max_len: int, *, nsp: bool = True,
                    seed: int = 0, next_prob: float = 0.5) -> EncodedPairs:
     r"""Documents cut into sequences that fill ``max_len`` pieces: BERT's own data, or RoBERTa's.
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import gzip
 import io
-import warnings
-import zipfile
 import random
 import unicodedata
+import warnings
+import zipfile
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -212,15 +212,16 @@ def split_linked_groups(pairs: Sequence[tuple[str, str]], *, val_size: int, test
             parent[ra] = rb
     reserved = {_sentence_key(text) for text in hold_out}
     members: dict[tuple[int, str], list[int]] = {}
-    for i, (a, b) in enumerate(keys):
+    for i, (a, _) in enumerate(keys):
         members.setdefault(root(a), []).append(i)
     blocked = {root(node) for a, b in keys for node in (a, b) if node[1] in reserved}
     order = sorted(group for group in members if group not in blocked)
     random.Random(seed).shuffle(order)
     test: list[int] = []
     val: list[int] = []
-    taken = 0
-    for taken, group in enumerate(order, start=1):
+    taken = 0  # groups given to the test and validation sets
+    for group in order:
+        taken += 1
         part = test if len(test) < test_size else val
         part.extend(members[group])
         if len(val) >= val_size:

@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
+
 # The text progress bar the whole package uses: unlike tqdm.auto it needs no ipywidgets
 # (whose absence tqdm.auto reports with a warning in notebooks).
 from tqdm.std import tqdm

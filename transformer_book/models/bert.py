@@ -25,8 +25,9 @@ building :meth:`BERTConfig.base` on PyTorch's ``meta`` device checks it without 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +36,8 @@ from torch import nn
 from transformer_book.contracts import IGNORE_INDEX
 from transformer_book.layers import LayerNorm
 from transformer_book.masks import padding_mask
-from transformer_book.positional import ALiBi
 from transformer_book.models.transformer import Encoder
+from transformer_book.positional import ALiBi
 
 __all__ = [
     "BERT", "BERTConfig", "POSITIONS", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",

@@ -27,7 +27,6 @@ from transformer_book.pretrained.catalogue import (
     get_checkpoint,
 )
 from transformer_book.pretrained.encoder import PretrainedEncoder, load_encoder, sentence_embeddings
-from transformer_book.pretrained.language_model import PretrainedLM, load_gguf, load_language_model, read_gguf
 from transformer_book.pretrained.hf import (
     bert_config_from_hf,
     bert_parameter_names,
@@ -36,6 +35,7 @@ from transformer_book.pretrained.hf import (
     load_hf_bert,
     load_hf_gpt2,
 )
+from transformer_book.pretrained.language_model import PretrainedLM, load_gguf, load_language_model, read_gguf
 
 __all__ = [
     "CATALOGUE", "Checkpoint", "CheckpointFile", "CheckpointError", "CheckpointUnavailableError",

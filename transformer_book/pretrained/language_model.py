@@ -128,7 +128,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         reader = GGUFReader(str(path))
     except FileNotFoundError:
         raise
-    except Exception as err:  # noqa: BLE001 - any failure of the parser: a file it cannot read
+    except Exception as err:  # any failure of the parser: a file it cannot read
         raise CheckpointError(f"{path}: not a GGUF file this reader understands ({type(err).__name__}: {err})") from None
     size = path.stat().st_size
     for tensor in reader.tensors:                # a memory map cut short would hand back shorter arrays
@@ -142,7 +142,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
             continue
         try:
             metadata[name] = field.contents()
-        except Exception:  # noqa: BLE001 - a field type the reader cannot turn into Python
+        except Exception:  # a field type the reader cannot turn into Python
             continue
     tensors = {t.name: GGUFTensor(t.tensor_type.name, tuple(int(s) for s in reversed(t.shape.tolist())), t.data)
                for t in reader.tensors}

@@ -23,19 +23,20 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from transformer_book import checks, checkpoints, runtime, training
-from transformer_book.recipes import loading
+from transformer_book import checkpoints, checks, runtime, training
 from transformer_book.atomic import write_atomically
 from transformer_book.data import pretraining
 from transformer_book.models.bert import BERT, POSITIONS, BERTConfig, bert_loss, evaluate_pretraining
+from transformer_book.recipes import loading
 from transformer_book.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 __all__ = [

@@ -15,14 +15,15 @@ a trained language model.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from transformer_book import checks, checkpoints, data, objectives, runtime, training
+from transformer_book import checkpoints, checks, data, objectives, runtime, training
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.recipes import loading
 
@@ -76,7 +77,7 @@ class GPTRecipe:
                                     log_every=max(1, self.steps // 50), seed=seed, time_budget_s=self.budget_s)
 
     def filling(self, budget_s: float, vocab_size: int, *, device: torch.device | str,
-                model: nn.Module | None = None) -> "GPTRecipe":
+                model: nn.Module | None = None) -> GPTRecipe:
         """This recipe with the number of steps that fills 97% of ``budget_s`` seconds on
         ``device`` (timed on a throwaway model: a GPT of the recipe's sizes, or ``model``, a
         language model of another architecture to be trained with this recipe;

@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from transformer_book import checks, checkpoints, data, decoding, objectives, runtime, training
-from transformer_book.recipes import loading
+from transformer_book import checkpoints, checks, data, decoding, objectives, runtime, training
 from transformer_book.models import Transformer, TransformerConfig
+from transformer_book.recipes import loading
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID, SubwordTokenizer
 
 __all__ = ["CORPORA", "CHAPTER7_SIZES", "RUNNING_EXAMPLE", "TranslatorRecipe", "TrainedTranslator", "Translation",

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from timing import event_median
 
-from transformer_book import data, flops, training
+from transformer_book import data, flops, objectives, training
 from transformer_book.attention import ATTENTION_KERNELS, MultiHeadAttention, prefer_attention_kernel
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.runtime import machine_description
@@ -152,7 +152,7 @@ def one_run(args: argparse.Namespace, batch: int, kernel: str, pack: str, compil
         flops_per_token=flops.gpt_flops_per_token(config), attention_kernel=preferred)
     start = time.perf_counter()
     try:
-        history = training.fit(model, windows, training.language_model_loss(), train_config, device=device,
+        history = training.fit(model, windows, objectives.language_model_loss(), train_config, device=device,
                                progress=not args.quiet)
     finally:
         MultiHeadAttention.pack_projections = None

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_book import data, flops, training
+from transformer_book import data, flops, objectives, training
 from transformer_book.attention import ATTENTION_KERNELS
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.runtime import machine_description
@@ -75,7 +75,7 @@ def one_run(steps: int, args: argparse.Namespace, sizes: dict, train_ids: torch.
         flops_per_token=flops.gpt_flops_per_token(config))
     start = time.perf_counter()
     history = training.fit(model, data.RandomWindows(train_ids, config.context, args.batch, seed=args.seed),
-                           training.language_model_loss(), train_config, val_batches=lambda: val, device=device,
+                           objectives.language_model_loss(), train_config, val_batches=lambda: val, device=device,
                            progress=not args.quiet)
     wall = time.perf_counter() - start
     # Time per logging window; the first holds the compilation.

@@ -58,9 +58,9 @@ from timing import add_round_arguments, check_round_arguments, interleaved
 from torch import nn
 
 from transformer_book.models import Transformer, TransformerConfig, shift_right
+from transformer_book.objectives import label_smoothed_cross_entropy
 from transformer_book.positional import SinusoidalPositionalEncoding
 from transformer_book.runtime import machine_description
-from transformer_book.training import label_smoothed_cross_entropy
 from transformer_book.twins import torch_transformer
 
 PAD, SOS, EOS, N_SPECIAL = 0, 1, 2, 4  # ids 0..3: PAD, SOS, EOS, UNK

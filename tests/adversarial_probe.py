@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 torch.set_num_threads(1)
-from transformer_book import attention, decoding, positional, text, training
+from transformer_book import attention, checkpoints, decoding, objectives, positional, text, training
 from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig, Transformer, TransformerConfig
 from transformer_book.subword import SubwordTokenizer
 from transformer_book.wordpiece import WordPieceTokenizer
@@ -164,8 +164,8 @@ def _():
 @case("half", "label_smoothed_cross_entropy on float16 logits of 1e4")
 def _():
     logits = torch.zeros(1, 2, 10, dtype=torch.float16); logits[..., 3] = 1e4
-    l = training.label_smoothed_cross_entropy(logits, torch.tensor([[3, 4]]), pad_id=0, smoothing=0.1)
-    ref = training.label_smoothed_cross_entropy(logits.float(), torch.tensor([[3, 4]]), pad_id=0, smoothing=0.1)
+    l = objectives.label_smoothed_cross_entropy(logits, torch.tensor([[3, 4]]), pad_id=0, smoothing=0.1)
+    ref = objectives.label_smoothed_cross_entropy(logits.float(), torch.tensor([[3, 4]]), pad_id=0, smoothing=0.1)
     return ("ok" if torch.isfinite(l) and abs(l.item() - ref.item()) / ref.item() < 1e-2 else "silent"), f"{l.item()} vs {ref.item()}"
 
 @case("half", "sinusoidal encoding in float16 at position 30,000")
@@ -244,39 +244,39 @@ def tmpfile(data: bytes) -> str:
 
 @case("corrupt", "load_model: an empty file")
 def _():
-    p = tmpfile(b""); return err(lambda: training.load_model(p), p)
+    p = tmpfile(b""); return err(lambda: checkpoints.load_model(p), p)
 
 @case("corrupt", "load_model: a text file")
 def _():
-    p = tmpfile(b"hello world\n" * 100); return err(lambda: training.load_model(p), p)
+    p = tmpfile(b"hello world\n" * 100); return err(lambda: checkpoints.load_model(p), p)
 
 @case("corrupt", "load_model: a directory")
 def _():
-    p = tempfile.mkdtemp(); return err(lambda: training.load_model(p), p)
+    p = tempfile.mkdtemp(); return err(lambda: checkpoints.load_model(p), p)
 
 @case("corrupt", "load_model: a pickle of an arbitrary class (weights_only refuses)")
 def _():
     buf = io.BytesIO(); torch.save({"x": threading.Event}, buf)
-    p = tmpfile(buf.getvalue()); return err(lambda: training.load_model(p), p)
+    p = tmpfile(buf.getvalue()); return err(lambda: checkpoints.load_model(p), p)
 
 @case("corrupt", "load_model: a zip with garbage members")
 def _():
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         z.writestr("archive/data.pkl", b"garbage"); z.writestr("archive/version", b"3")
-    p = tmpfile(buf.getvalue()); return err(lambda: training.load_model(p), p)
+    p = tmpfile(buf.getvalue()); return err(lambda: checkpoints.load_model(p), p)
 
 @case("corrupt", "load_model: a saved model whose config is a list")
 def _():
-    m = translator(); d = tempfile.mkdtemp(); path = training.save_model(os.path.join(d, "m.pt"), m)
+    m = translator(); d = tempfile.mkdtemp(); path = checkpoints.save_model(os.path.join(d, "m.pt"), m)
     state = training.read_checkpoint(path); state["config"] = [1, 2]
-    torch.save(state, path); return err(lambda: training.load_model(path), "m.pt")
+    torch.save(state, path); return err(lambda: checkpoints.load_model(path), "m.pt")
 
 @case("corrupt", "load_model: a tokenizer of garbage bytes")
 def _():
-    m = translator(); d = tempfile.mkdtemp(); path = training.save_model(os.path.join(d, "m.pt"), m)
+    m = translator(); d = tempfile.mkdtemp(); path = checkpoints.save_model(os.path.join(d, "m.pt"), m)
     state = training.read_checkpoint(path); state["tokenizer"] = b"\x00garbage"; state["tokenizer_kind"] = "sentencepiece"
-    torch.save(state, path); return err(lambda: training.load_model(path), "m.pt")
+    torch.save(state, path); return err(lambda: checkpoints.load_model(path), "m.pt")
 
 @case("corrupt", "SubwordTokenizer from garbage bytes")
 def _():

@@ -7,7 +7,19 @@ import math
 import pytest
 import torch
 
-from transformer_book import attention, decoding, layers, masks, metrics, positional, prompting, text, training
+from transformer_book import (
+    attention,
+    checkpoints,
+    decoding,
+    layers,
+    masks,
+    metrics,
+    objectives,
+    positional,
+    prompting,
+    text,
+    training,
+)
 from transformer_book.data import finetuning as tasks
 from transformer_book.data import pad_sequences, registry
 from transformer_book.embeddings import ppmi
@@ -128,7 +140,7 @@ CASES = [
      r"trainable_layers must be an int in \[0, 1\], got 2"),
     ("span extractor: int allowed mask", lambda: finetuning.SpanExtractor(bert())(ids, allowed=torch.ones(1, 4, dtype=torch.long)),
      r"allowed must be a bool tensor"),
-    ("save_model: unknown model", lambda: training.save_model("/nonexistent/x.pt", torch.nn.Linear(2, 2)), r"can save"),
+    ("save_model: unknown model", lambda: checkpoints.save_model("/nonexistent/x.pt", torch.nn.Linear(2, 2)), r"can save"),
     ("greedy decoding beyond max_len", lambda: decoding.greedy_decode(translator(), torch.tensor([[5, 6, 2]]), max_new_tokens=20),
      r"max_new_tokens=20 exceeds the model's max_len=8"),
     ("unknown corpus", lambda: registry.get_corpus("wikitext3"), r"unknown corpus 'wikitext3'; known corpora: .*wikitext2"),
@@ -163,7 +175,7 @@ CASES = [
      r"not valid Unicode \(surrogates not allowed at position 4"),
     ("top-p filter: NaN logits", lambda: decoding.filter_top_p(torch.tensor([[math.nan, 1.0, 2.0]]), 0.9),
      r"filter_top_p: logits hold NaN"),
-    ("language_model_loss: a target outside the vocabulary", lambda: training.language_model_loss()(
+    ("language_model_loss: a target outside the vocabulary", lambda: objectives.language_model_loss()(
         torch.nn.Linear(3, 5), (torch.randn(1, 2, 3), torch.tensor([[1, 7]]))), r"1 target id\(s\) lie outside \[0, 5\)"),
     ("corpus_bleu: a generator", lambda: metrics.corpus_bleu((s for s in ["a b c"]), ["a b c"]),
      r"hypotheses must be a sequence of strings \(a list\), one per sentence, got a generator"),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_book import training
+from transformer_book import objectives, training
 from transformer_book.models import GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -24,7 +24,7 @@ STEPS, GLOBAL_BATCH = 6, 8
 SCRIPT = textwrap.dedent('''
     import json, sys
     import torch
-    from transformer_book import training
+    from transformer_book import objectives, training
     from transformer_book.models import GPT, GPTConfig
 
     torch.set_num_threads(1)
@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent('''
     config = training.TrainConfig(steps={steps}, lr=1e-2, warmup_steps=2, schedule="cosine", clip_norm=1.0,
                                   log_every=1, eval_every=100, checkpoint_path=out + "/ckpt.pt", checkpoint_every=3)
     rows = []
-    lm_loss = training.language_model_loss()
+    lm_loss = objectives.language_model_loss()
 
     def loss_fn(m, batch):
         if m.training:
@@ -81,7 +81,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     model = GPT(GPTConfig(vocab_size=32, context=8, d_model=16, n_heads=2, n_layers=1, dropout=0.0))
     config = training.TrainConfig(steps=STEPS, lr=1e-2, warmup_steps=2, schedule="cosine", clip_norm=1.0,
                                   log_every=1, eval_every=100)
-    history = training.fit(model, _batches, training.language_model_loss(), config, progress=False)
+    history = training.fit(model, _batches, objectives.language_model_loss(), config, progress=False)
     single = [v for _, v in history.train_loss]
 
     for rank in (0, 1):

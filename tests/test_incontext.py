@@ -3,7 +3,7 @@ transformer_book.data.incontext (InContextTask, InContextBatch, InContextBatches
 transformer_book.incontext (accuracy_by_demonstrations, loss_by_demonstrations, ideal_accuracy,
 label_attention), transformer_book.attention.heads_removed, the attention weights of
 GPT.attention_weights / Encoder.forward with need_weights=True, and the IGNORE_INDEX handling of
-transformer_book.training.language_model_loss."""
+transformer_book.objectives.language_model_loss."""
 
 import itertools
 import math
@@ -26,7 +26,7 @@ from transformer_book.incontext import (
 from transformer_book.models import GPT
 from transformer_book.models.gpt import GPTConfig
 from transformer_book.models.transformer import Encoder
-from transformer_book.training import language_model_loss
+from transformer_book.objectives import language_model_loss
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

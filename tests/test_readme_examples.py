@@ -23,7 +23,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encod
 NOT_RUN = {
     "from transformers import BertForPreTraining, GPT2LMHeadModel":
         "downloads bert-base-uncased and gpt2 from the Hugging Face hub (the tests check the same mapping offline)",
-    "from transformer_book import flops, training":
+    "from transformer_book import flops, objectives, training":
         "a fragment: the reader's own train_batches, and CUDA graphs (compile_mode='reduce-overhead') need a GPU",
     "# train.py": "a script for torchrun with elided lines (tests/test_distributed.py runs fit data-parallel)",
     "from transformer_book.recipes import translator":

@@ -117,14 +117,14 @@ def test_save_model_refuses_a_path_that_a_training_run_holds(tmp_path):
 
 
 def test_fit_refuses_a_checkpoint_path_that_a_save_holds(tmp_path):
-    from transformer_book import training
+    from transformer_book import objectives, training
 
     path = tmp_path / "run.pt"
     config = training.TrainConfig(steps=1, lr=1e-3, checkpoint_path=str(path))
     with checkpoints.writer_lock(path, busy="save_model: busy"):
         with pytest.raises(RuntimeError, match="fit: another run is training with checkpoint_path .*or a save_model is writing it"):
             training.fit(_gpt(), lambda s: (torch.zeros(1, 8, dtype=torch.long),) * 2,
-                         training.language_model_loss(), config, progress=False)
+                         objectives.language_model_loss(), config, progress=False)
 
 
 def test_damaged_wordpiece_and_sentencepiece_files_are_named(tokenizers, tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_book import training
+from transformer_book import checkpoints, training
 from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.models.bert import BERT, BERTConfig, evaluate_pretraining
 from transformer_book.recipes import bert as small_bert
@@ -230,7 +230,7 @@ def tiny_saved_bert(path):
     tokenizer = WordPieceTokenizer.train(["the cat sat on the mat .", "a dog ran ."] * 3, vocab_size=40)
     torch.manual_seed(0)
     model = BERT(BERTConfig(len(tokenizer), max_len=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0))
-    training.save_model(path, model, tokenizer=tokenizer, metadata={"mlm_loss": 3.5, "steps": 7})
+    checkpoints.save_model(path, model, tokenizer=tokenizer, metadata={"mlm_loss": 3.5, "steps": 7})
     return model, tokenizer
 
 
@@ -265,14 +265,14 @@ def test_load_or_pretrain_refuses_a_file_of_another_model(tmp_path, monkeypatch)
     tokenizer = WordPieceTokenizer.train(["the cat sat ."] * 3, vocab_size=30)
     model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
                                           n_decoder_layers=1, max_len=16))
-    training.save_model(path, model, tokenizer=tokenizer)
+    checkpoints.save_model(path, model, tokenizer=tokenizer)
     forbid_pretraining(monkeypatch)
     with pytest.raises(ValueError, match="load_or_pretrain: .*transformer.pt holds a Transformer with a "
                                          "WordPieceTokenizer, not a BERT with a WordPieceTokenizer"):
         load_or_pretrain(steps=5, device="cpu", path=path, progress=False)
     # a BERT saved without its tokenizer is refused too
     bert = BERT(BERTConfig(30, max_len=16, d_model=16, n_heads=2, n_layers=1))
-    training.save_model(path, bert)
+    checkpoints.save_model(path, bert)
     with pytest.raises(ValueError, match="holds a BERT with no tokenizer, not a BERT with a WordPieceTokenizer"):
         load_or_pretrain(steps=5, device="cpu", path=path, progress=False)
 

@@ -403,8 +403,8 @@ def _tiny_tokenizer():
 
 @pytest.mark.parametrize("kind", ["transformer", "rnn"])
 def test_save_and_load_model_round_trip(tmp_path, kind):
+    from transformer_book.checkpoints import load_model, save_model
     from transformer_book.models import RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
-    from transformer_book.training import load_model, save_model
 
     torch.manual_seed(0)
     if kind == "transformer":
@@ -427,8 +427,8 @@ def test_save_and_load_model_round_trip(tmp_path, kind):
 
 
 def test_load_model_rejects_other_files(tmp_path):
+    from transformer_book.checkpoints import load_model, save_model
     from transformer_book.models import Transformer, TransformerConfig
-    from transformer_book.training import load_model, save_model
 
     model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1))
     path = save_model(tmp_path / "m.pt", model)
@@ -450,8 +450,8 @@ def test_load_model_rejects_other_files(tmp_path):
 
 
 def test_save_and_load_bert_with_its_wordpiece_tokenizer(tmp_path):
+    from transformer_book.checkpoints import load_model, save_model
     from transformer_book.models import BERT, BERTConfig
-    from transformer_book.training import load_model, save_model
     from transformer_book.wordpiece import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.train(["the dog runs in the park", "a cat sleeps in the house"] * 5, vocab_size=60)
@@ -541,7 +541,8 @@ def test_register_model_lets_a_class_of_ones_own_be_saved(tmp_path, monkeypatch)
 
 
 def test_resuming_from_a_checkpoint_of_another_format_version_fails_clearly(tmp_path):
-    from transformer_book.training import TrainConfig, fit, language_model_loss
+    from transformer_book.objectives import language_model_loss
+    from transformer_book.training import TrainConfig, fit
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10))
@@ -558,7 +559,7 @@ def test_resuming_from_a_checkpoint_of_another_format_version_fails_clearly(tmp_
 def _gpt_run(**config_overrides):
     from transformer_book.data import RandomWindows
     from transformer_book.models import GPT, GPTConfig
-    from transformer_book.training import language_model_loss
+    from transformer_book.objectives import language_model_loss
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(20, context=16, d_model=32, n_heads=2, n_layers=2, dropout=0.0))
@@ -709,7 +710,7 @@ def test_language_model_loss_with_every_target_ignored_is_zero_not_nan():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(V, 8), nn.Linear(8, V))
     x = torch.randint(1, V, (2, 4))
-    from transformer_book.training import language_model_loss
+    from transformer_book.objectives import language_model_loss
 
     loss, count = language_model_loss()(model, (x, torch.full((2, 4), -100)))
     assert count == 0 and loss.item() == 0.0
@@ -766,8 +767,8 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_model_is_untouc
 
 
 def test_a_flipped_byte_in_a_saved_model_is_found_by_its_checksum(tmp_path):
+    from transformer_book.checkpoints import load_model, save_model
     from transformer_book.models import Transformer, TransformerConfig
-    from transformer_book.training import load_model, save_model
 
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1))

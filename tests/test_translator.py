@@ -42,8 +42,8 @@ def test_trains_once_then_loads(fake_multi30k, tmp_path):
 
 
 def test_load_or_train_refuses_a_file_that_holds_another_model(fake_multi30k, tmp_path):
+    from transformer_book.checkpoints import save_model
     from transformer_book.models import BERT, BERTConfig
-    from transformer_book.training import save_model
 
     path = save_model(tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)))
     with pytest.raises(ValueError, match=r"load_or_train: .*bert.pt holds a BERT with no tokenizer, not a Transformer with a SubwordTokenizer"):

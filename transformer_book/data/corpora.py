@@ -1,4 +1,4 @@
-"""Text loaders built on :func:`~transformer_book.data.download.fetch`."""
+"""Text loaders built on :func:`~transformer_book.data.fetch`."""
 
 from __future__ import annotations
 

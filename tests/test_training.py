@@ -11,15 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book.training import (
-    History,
-    TrainConfig,
-    fit,
-    label_smoothed_cross_entropy,
-    read_checkpoint,
-    warmup_cosine,
-    warmup_inverse_sqrt,
-)
+from transformer_book.checkpoints import read_checkpoint
+from transformer_book.objectives import label_smoothed_cross_entropy
+from transformer_book.schedules import warmup_cosine, warmup_inverse_sqrt
+from transformer_book.training import History, TrainConfig, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -825,3 +820,13 @@ def test_seconds_per_step_times_real_steps_and_steps_in_budget_fills_the_budget(
         steps_in_budget(10.0, 0.0)
     with pytest.raises(ValueError, match="steps must be a positive int"):
         seconds_per_step(model, batches, lm_loss, device="cpu", steps=0)
+
+
+def test_training_re_exports_nothing_that_moved():
+    """The losses, schedules and model files live in objectives, schedules and checkpoints, and are
+    imported from there: training offers only its own loop (issue 42)."""
+    import transformer_book.training as training
+
+    moved = ["load_model", "save_model", "label_smoothed_cross_entropy", "language_model_loss", "seq2seq_loss",
+             "warmup_cosine", "warmup_inverse_sqrt"]
+    assert [name for name in moved if hasattr(training, name)] == []

@@ -1,7 +1,7 @@
 r"""Training: a resumable fit loop (chapter 7). The losses it minimises live in
 :mod:`~transformer_book.objectives`, the learning-rate schedules in
 :mod:`~transformer_book.schedules`, the checkpoint files in :mod:`~transformer_book.checkpoints`
-(all re-exported here, where chapters 7 to 15 first met them).
+(import them from there).
 
 :func:`fit` is deliberately small: AdamW, one schedule, gradient clipping, validation, a
 progress bar, and atomic checkpoints from which a run resumes to the *same* losses as a run
@@ -33,24 +33,19 @@ from tqdm.std import tqdm
 
 from transformer_book import checks
 from transformer_book.attention import ATTENTION_KERNELS, device_kernels
-from transformer_book.checkpoints import (  # noqa: F401 - re-exported
+from transformer_book.checkpoints import (
     check_model_matches,
-    load_model,
     read_checkpoint,
     require_keys,
-    save_model,
     write_checkpoint,
     writer_lock,
 )
 from transformer_book.flops import mfu, peak_flops
-from transformer_book.objectives import label_smoothed_cross_entropy, language_model_loss, seq2seq_loss  # noqa: F401
 from transformer_book.runtime import seed_everything
-from transformer_book.schedules import SCHEDULES, make_schedule, warmup_cosine, warmup_inverse_sqrt  # noqa: F401 - re-exported
+from transformer_book.schedules import SCHEDULES, make_schedule
 
 __all__ = ["TrainConfig", "History", "fit", "CHECKPOINT_VERSION", "init_distributed", "shard_batch", "to_device",
            "seconds_per_step", "steps_in_budget", "summary_line"]
-# Also importable from here, where the chapters first use them: the losses of objectives, the
-# schedules, and checkpoints' save_model, load_model and read_checkpoint.
 
 CHECKPOINT_VERSION = 1
 """Format version written into every checkpoint; :func:`fit` refuses other versions."""

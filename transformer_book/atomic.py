@@ -7,7 +7,7 @@ a temporary file beside the target, which is flushed to disk and then renamed ov
 (``os.replace`` is atomic within one file system). A crash or an exception mid-write leaves
 the previous file untouched and removes the temporary one; a disk that fills up mid-write
 raises an ``OSError`` that names the file. :func:`read_back_text` is the reading half for text
-files: a file that is not UTF-8 is named in a ``ValueError``.
+files: a file that is not UTF-8, or that its parser refuses, is named in a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 __all__ = ["atomic_writer", "write_atomically", "read_back_text", "remove_stale", "default_mode"]
+
+T = TypeVar("T")
 
 
 def default_mode() -> int:
@@ -70,18 +72,25 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: i
     return Path(path)
 
 
-def read_back_text(path: str | os.PathLike[str], *, where: str) -> str:
-    """The UTF-8 text of a file the package wrote; errors begin with ``where`` and name the file.
+def read_back_text(path: str | os.PathLike[str], parse: Callable[[str], T], *, where: str) -> T:
+    """``parse`` of the UTF-8 text of a file the package wrote; errors begin with ``where`` and
+    name the file (a ``ValueError`` of ``parse`` that does not name it gets the path put in front).
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is not UTF-8 text (a damaged file, or another kind of file).
+        ValueError: the file is not UTF-8 text (a damaged file, or another kind of file), or
+            ``parse`` refuses it.
     """
     try:
-        return Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{where}: {path} is not UTF-8 text (byte {err.start} of it): a damaged file, "
                          f"or not one this package wrote") from None
+    try:
+        return parse(text)
+    except ValueError as err:
+        message = str(err)
+        raise ValueError(message if str(path) in message else f"{where}: {path}: {message}") from None
 
 
 def remove_stale(path: str | os.PathLike[str], *, suffix: str = ".tmp", older_than: float = 0.0) -> None:

@@ -437,11 +437,7 @@ class ByteLevelBPE:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ByteLevelBPE:
         """A tokenizer saved by :meth:`save`."""
-        try:
-            return cls.from_json(read_back_text(path, where="ByteLevelBPE.load"))
-        except ValueError as err:
-            message = str(err)
-            raise ValueError(message if str(path) in message else f"ByteLevelBPE.load: {path}: {message}") from None
+        return read_back_text(path, cls.from_json, where="ByteLevelBPE.load")
 
     def __repr__(self) -> str:
         return f"ByteLevelBPE({len(self)} tokens, {len(self.merges)} merges, special_tokens={self.special_tokens})"

@@ -229,11 +229,7 @@ class WordPieceTokenizer:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> WordPieceTokenizer:
         """Read a tokenizer written by :meth:`save`."""
-        try:
-            return cls.from_str(read_back_text(path, where="WordPieceTokenizer.load"))
-        except ValueError as err:
-            message = str(err)
-            raise ValueError(message if str(path) in message else f"WordPieceTokenizer.load: {path}: {message}") from None
+        return read_back_text(path, cls.from_str, where="WordPieceTokenizer.load")
 
     # ------------------------------------------------------------------ the vocabulary
 

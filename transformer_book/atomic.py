@@ -18,11 +18,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any
 
 __all__ = ["atomic_writer", "write_atomically", "read_back_text", "remove_stale", "default_mode"]
-
-T = TypeVar("T")
 
 
 def default_mode() -> int:
@@ -72,7 +70,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: i
     return Path(path)
 
 
-def read_back_text(path: str | os.PathLike[str], parse: Callable[[str], T], *, where: str) -> T:
+def read_back_text(path: str | os.PathLike[str], parse: Callable[[str], Any], *, where: str) -> Any:
     """``parse`` of the UTF-8 text of a file the package wrote; errors begin with ``where`` and
     name the file (a ``ValueError`` of ``parse`` that does not name it gets the path put in front).
 

@@ -319,33 +319,54 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, n, _ = self._check_inputs(query, key, value)
-
-        def heads(x: torch.Tensor) -> torch.Tensor:  # (B, length, d_model) -> (B, h, length, d_k)
-            return x.view(batch, x.shape[1], self.n_heads, self.d_k).transpose(1, 2)
-
-        if cache is not None and cache.static and cache.k is not None:
-            q, k, v = heads(self.w_q(query)), cache.k, cache.v  # cross-attention while decoding: computed once
-        else:
-            if query is key is value and self.pack_projections:  # one wide product (device_kernels)
-                q, k, v = (heads(x) for x in self._packed_projection(query).chunk(3, dim=-1))
-            else:
-                q, k, v = heads(self.w_q(query)), heads(self.w_k(key)), heads(self.w_v(value))
-            if cache is not None:  # self-attention while decoding: the earlier positions' too
-                k, v = cache.update(k, v)
-        mask = self._head_mask(mask, batch, n, k.shape[2])
-        if causal and (need_weights or mask is not None or bias is not None or n != k.shape[2]):
-            future = torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).triu(k.shape[2] - n + 1)
-            mask, causal = future if mask is None else mask | future, False  # the mask of chapter 2
+        # (1) every head's projections at once, eq-mha-head: X W_i^Q, X W_i^K, X W_i^V, each (B, h, length, d_k)
+        q, k, v = self._project(query, key, value, cache)
+        mask, causal = self._attention_mask(mask, causal, batch, n, k.shape[2], fused=not need_weights and bias is None)
+        # (2) head_i = Attention(Q_i, K_i, V_i): chapter 1's equation, the head axis one more batch axis
         p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
             if p > 0:  # dropout acts on the weights that multiply V; the clean ones are returned
                 heads = torch.matmul(F.dropout(weights, p, training=True), v)
-        else:
+        else:  # PyTorch's fused kernel: the same heads, no (B, h, n, m) weights kept
             heads, weights = self._fused_attention(q, k, v, mask, bias, p, causal), None
-        # (B, h, n, d_k) -> (B, n, h * d_k): concatenate the heads, then mix them with W^O.
+        # (3) eq-mha-multihead: concatenate the heads, (B, h, n, d_k) -> (B, n, h d_k), and mix them with W^O
         heads = heads.transpose(1, 2).reshape(batch, n, self.d_model)
         return self.w_o(heads), weights
+
+    def _project(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cache: KVCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``Q, K, V`` split into heads, ``(B, h, length, d_k)`` each, with the later paths: one
+        stacked product for self-attention under :attr:`pack_projections`, and a :class:`KVCache`
+        (chapter 9) that appends this call's keys and values to the earlier ones, or (static) holds
+        a fixed memory's, computed on the first call."""
+
+        def heads(x: torch.Tensor) -> torch.Tensor:  # (B, length, d_model) -> (B, h, length, d_k)
+            return x.view(x.shape[0], x.shape[1], self.n_heads, self.d_k).transpose(1, 2)
+
+        if cache is not None and cache.static and cache.k is not None:
+            return heads(self.w_q(query)), cache.k, cache.v  # cross-attention while decoding: computed once
+        if query is key is value and self.pack_projections:  # one wide product (device_kernels)
+            q, k, v = (heads(x) for x in self._packed_projection(query).chunk(3, dim=-1))
+        else:
+            q, k, v = heads(self.w_q(query)), heads(self.w_k(key)), heads(self.w_v(value))
+        if cache is not None:  # self-attention while decoding: the earlier positions' too
+            k, v = cache.update(k, v)
+        return q, k, v
+
+    def _attention_mask(
+        self, mask: torch.Tensor | None, causal: bool, batch: int, n: int, m: int, *, fused: bool
+    ) -> tuple[torch.Tensor | None, bool]:
+        """``(mask with a head axis, or None; whether the kernel is to apply the causal mask itself)``.
+        ``causal`` becomes chapter 2's mask of later keys (query ``i`` of ``n`` sees keys
+        ``j <= i + m - n``), merged into ``mask``, unless the fused kernel can apply it alone
+        (``fused``, no other mask, ``n == m``): then no ``(n, m)`` mask is built."""
+        mask = self._head_mask(mask, batch, n, m)
+        if not causal or (fused and mask is None and n == m):
+            return mask, causal
+        future = torch.ones(n, m, dtype=torch.bool, device=self.w_q.weight.device).triu(m - n + 1)
+        return (future if mask is None else mask | future), False
 
     def _packed_projection(self, x: torch.Tensor) -> torch.Tensor:
         """``[x W^Q; x W^K; x W^V]`` ``(B, n, 3 d_model)`` from one product with the stacked weights."""

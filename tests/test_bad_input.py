@@ -118,7 +118,7 @@ CASES = [
     # fine-tuning and prompting
     ("classifier: one class", lambda: finetuning.SequenceClassifier(bert(), 1), r"n_classes must be at least 2"),
     ("best_spans: zero length", lambda: finetuning.best_spans(torch.zeros(1, 4), torch.zeros(1, 4), 0), r"max_length must be a positive int, got 0"),
-    ("batches: zero batch size", lambda: tasks.FineTuningBatches([tasks.Example([2, 3], [0, 0], 1)], 0), r"batch_size must be a positive int, got 0"),
+    ("batches: zero batch size", lambda: tasks.FineTuningBatches([tasks.Example([2, 3], [0, 0], 1, "class")], 0), r"batch_size must be a positive int, got 0"),
     ("label word of two pieces", lambda: prompting.label_word_ids(lambda t: [1, 2], ["great"]), r"'great' encodes to 2 pieces"),
     ("cloze template without a mask", lambda: prompting.cloze_inputs(lambda t: [5], ["x"], "{text} .", cls_id=2, sep_id=3,
                                                                      mask_id=4, max_len=8), r"\[MASK\] once each"),

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from transformer_book import training
@@ -37,6 +38,7 @@ from transformer_book.data.finetuning import (
 from transformer_book.data.pretraining import IGNORE_INDEX
 from transformer_book.models.bert import BERT, BERTConfig
 from transformer_book.models.finetuning import (
+    FineTuningHead,
     SequenceClassifier,
     SpanExtractor,
     TokenTagger,
@@ -281,7 +283,7 @@ def test_classifier_loss_is_the_mean_cross_entropy():
     expected = sum(cross_entropy_by_hand(logits[b], int(batch.targets[b])) for b in range(3)) / 3
     assert count == 3
     assert loss.item() == pytest.approx(expected, rel=1e-5)
-    with pytest.raises(ValueError, match=r"a classifier's targets must be \(3,\), got \(3, 9\)"):
+    with pytest.raises(ValueError, match=r"SequenceClassifier.loss: 'class' targets must be \(3,\), got \(3, 9\)"):
         finetuning_loss(model, batch._replace(targets=torch.zeros(3, 9, dtype=torch.long)))
 
 
@@ -299,9 +301,9 @@ def test_tagger_loss_averages_over_the_scored_positions_only():
     expected = sum(cross_entropy_by_hand(logits[b, t], tag) for (b, t), tag in scored.items()) / len(scored)
     assert count == 5
     assert loss.item() == pytest.approx(expected, rel=1e-5)
-    with pytest.raises(ValueError, match="no token of the batch has a tag"):
+    with pytest.raises(ValueError, match="TokenTagger.loss: no token of the batch has a tag"):
         finetuning_loss(model, batch._replace(targets=torch.full((2, 7), IGNORE_INDEX)))
-    with pytest.raises(ValueError, match=r"a tagger's targets must be \(2, 7\), got \(2,\)"):
+    with pytest.raises(ValueError, match=r"TokenTagger.loss: 'tags' targets must be \(2, 7\), got \(2,\)"):
         finetuning_loss(model, batch._replace(targets=torch.tensor([1, 2])))
 
 
@@ -327,22 +329,89 @@ def test_span_loss_is_the_mean_of_start_and_end_cross_entropies_over_allowed_pos
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
-    with pytest.raises(ValueError, match=r"a span extractor's targets must be \(2, 2\), got \(2,\)"):
+    with pytest.raises(ValueError, match=r"SpanExtractor.loss: 'span' targets must be \(2, 2\), got \(2,\)"):
         finetuning_loss(model, batch._replace(targets=torch.tensor([3, 6])))
-    with pytest.raises(ValueError, match="an answer starts or ends outside the allowed positions"):
-        finetuning_loss(model, batch._replace(targets=torch.tensor([[3, 5], [2, 6]])))
+    for row, bad in ((1, [[3, 5], [2, 6]]), (0, [[3, 7], [6, 6]]), (1, [[3, 5], [6, 5]]), (0, [[-1, 5], [6, 6]]),
+                     (1, [[3, 5], [6, 8]])):
+        with pytest.raises(ValueError, match=rf"the answer \({bad[row][0]}, {bad[row][1]}\) of row {row} starts or "
+                                             "ends outside the allowed positions, or ends before it starts"):
+            finetuning_loss(model, batch._replace(targets=torch.tensor(bad)))
 
 
 def test_loss_and_predict_reject_another_model():
     batch = class_batch()
-    with pytest.raises(ValueError, match="finetuning_loss: model must be a SequenceClassifier, TokenTagger or "
-                                         "SpanExtractor, got BERT"):
+    with pytest.raises(ValueError, match=r"finetuning_loss: model must be a FineTuningHead \(a SequenceClassifier, "
+                                         r"TokenTagger or SpanExtractor\), got BERT"):
         finetuning_loss(tiny_bert(n_layers=1), batch)
     other = nn.Linear(3, 3).train()
-    with pytest.raises(ValueError, match="predict: model must be a SequenceClassifier, TokenTagger or "
-                                         "SpanExtractor, got Linear"):
+    with pytest.raises(ValueError, match=r"predict: model must be a FineTuningHead \(a SequenceClassifier, "
+                                         r"TokenTagger or SpanExtractor\), got Linear"):
         predict(other, batch)
     assert other.training
+
+
+def span_batch(B: int = 2, n: int = 8) -> FineTuningBatch:
+    tokens, segments = random_inputs(B, n)
+    allowed = torch.zeros(B, n, dtype=torch.bool)
+    allowed[:, n // 2:] = True
+    answers = torch.tensor([[n // 2, n // 2 + 1], [n - 1, n - 1]])[:B]
+    return FineTuningBatch(tokens, segments, answers, allowed, "span")
+
+
+def tag_batch(B: int = 2, n: int = 7) -> FineTuningBatch:
+    tokens, segments = random_inputs(B, n)
+    tags = torch.full((B, n), IGNORE_INDEX)
+    tags[:, 1:4] = torch.tensor([2, 0, 1])
+    return FineTuningBatch(tokens, segments, tags, torch.zeros(B, n, dtype=torch.bool), "tags")
+
+
+def test_each_heads_loss_is_cross_entropy_on_its_logits_exactly():
+    """The heads' own losses are the formulas of the functions they replace, bit for bit:
+    F.cross_entropy on the logits (over the scored tokens; the mean of the start and the end)."""
+    bert = tiny_bert(n_layers=1)
+    classifier, tagger, spans = SequenceClassifier(bert, 3).eval(), TokenTagger(bert, 3).eval(), SpanExtractor(bert).eval()
+    batch = class_batch()._replace(kind="class")
+    loss, count = classifier.loss(batch)
+    assert torch.equal(loss, F.cross_entropy(classifier(batch.tokens, batch.segments), batch.targets)) and count == 3
+
+    batch = tag_batch()
+    scored = batch.targets != IGNORE_INDEX
+    loss, count = tagger.loss(batch)
+    expected = F.cross_entropy(tagger(batch.tokens, batch.segments)[scored], batch.targets[scored])
+    assert torch.equal(loss, expected) and count == 6
+
+    batch = span_batch()
+    start, end = spans(batch.tokens, batch.segments, batch.allowed)
+    loss, count = spans.loss(batch)
+    expected = (F.cross_entropy(start, batch.targets[:, 0]) + F.cross_entropy(end, batch.targets[:, 1])) / 2
+    assert torch.equal(loss, expected) and count == 2
+    for head, b in ((classifier, class_batch()), (tagger, tag_batch()), (spans, span_batch())):
+        assert torch.equal(finetuning_loss(head, b)[0], head.loss(b)[0])       # the function is the method
+
+
+def test_a_head_refuses_a_batch_of_another_kind():
+    bert = tiny_bert(n_layers=1)
+    tokens, segments = random_inputs(B=2, n=2)      # (2, 2) tags: the shape a span extractor reads
+    tags = FineTuningBatch(tokens, segments, torch.tensor([[0, 1], [1, 1]]), torch.ones(2, 2, dtype=torch.bool), "tags")
+    with pytest.raises(ValueError, match="SpanExtractor.loss: the batch holds 'tags' targets, but a SpanExtractor "
+                                         "reads 'span' targets"):
+        SpanExtractor(bert).loss(tags)
+    assert SpanExtractor(bert).loss(tags._replace(kind=None))[1] == 2     # unstated, it would pass as spans
+    with pytest.raises(ValueError, match="SequenceClassifier.loss: the batch holds 'span' targets, but a "
+                                         "SequenceClassifier reads 'class' targets"):
+        SequenceClassifier(bert, 3).loss(span_batch())
+    with pytest.raises(ValueError, match="TokenTagger.loss: the batch holds 'class' targets"):
+        TokenTagger(bert, 3).loss(class_batch()._replace(kind="class"))
+    # a batch that states no kind is read by its targets' shape, as one made by hand
+    assert TokenTagger(bert, 3).loss(tag_batch()._replace(kind=None))[1] == 6
+
+
+def test_the_heads_state_their_kind_and_the_base_is_abstract():
+    assert (SequenceClassifier.kind, TokenTagger.kind, SpanExtractor.kind) == ("class", "tags", "span")
+    assert [SequenceClassifier.reads_pooler, TokenTagger.reads_pooler, SpanExtractor.reads_pooler] == [True, False, False]
+    assert all(issubclass(h, FineTuningHead) for h in (SequenceClassifier, TokenTagger, SpanExtractor))
+    with pytest.raises(TypeError, match="abstract"):
+        FineTuningHead(tiny_bert(n_layers=1))
 
 
 @pytest.mark.parametrize("was_training", [True, False])
@@ -354,7 +423,9 @@ def test_predict_is_eval_mode_argmax_and_restores_the_mode(was_training):
     batch = FineTuningBatch(tokens, segments, torch.zeros(3, dtype=torch.long), allowed)
     for model in (SequenceClassifier(bert, 3, dropout=0.5), TokenTagger(bert, 3, dropout=0.5), SpanExtractor(bert)):
         model.train(was_training)
-        predicted = predict(model, batch, max_answer_length=2)
+        options = {"max_answer_length": 2} if isinstance(model, SpanExtractor) else {}
+        predicted = predict(model, batch, **options)
+        assert torch.equal(model.predict(batch, **options), predicted)
         assert model.training == was_training and all(m.training == was_training for m in model.modules())
         model.eval()
         with torch.no_grad():
@@ -410,7 +481,7 @@ def test_freeze_encoder_for_a_tagger_and_a_span_extractor():
         for name, p in model.named_parameters():
             if name.startswith((head + ".", "bert.encoder.layers.1.")):
                 assert p.requires_grad and p.grad is not None, name
-            elif not name.startswith("bert.pooler."):  # trainable, but these heads do not read it
+            else:  # the pooler too: these heads do not read it (reads_pooler is False)
                 assert not p.requires_grad and p.grad is None, name
 
 
@@ -419,7 +490,7 @@ def test_freeze_encoder_rejects_bad_arguments():
     for bad in (-1, 3, True, 1.0):
         with pytest.raises(ValueError, match=r"trainable_layers must be an int in \[0, 2\]"):
             freeze_encoder(model, trainable_layers=bad)
-    with pytest.raises(ValueError, match="freeze_encoder: model must have a BERT as .bert, got Linear"):
+    with pytest.raises(ValueError, match="freeze_encoder: model must be a FineTuningHead .*, got Linear"):
         freeze_encoder(nn.Linear(2, 2))
 
 
@@ -435,7 +506,7 @@ def test_fit_changes_only_the_weights_that_are_not_frozen():
     freeze_encoder(model, trainable_layers=1)
     trainable = expected_trainable(model, "classifier", 1, 2)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    batch = class_batch()
+    batch = class_batch()._replace(kind="class")        # fit moves the tensors and carries the kind along
     config = training.TrainConfig(steps=3, lr=1e-2, warmup_steps=0, schedule="constant", eval_every=10,
                                   log_every=1, amp=False)
     training.fit(model, lambda step: batch, finetuning_loss, config, device="cpu", progress=False)
@@ -505,7 +576,7 @@ def test_sst2_examples_are_encoded_sentences_with_their_labels(tok, fetched):
     path.write_text(SST2_TEXT, encoding="utf-8")
     examples = sst2_examples(tok, "dev", 8, download=False)
     assert calls[-1] == ("sst2", "dev.tsv", False)
-    assert [e.target for e in examples] == [1, 0]
+    assert [e.target for e in examples] == [1, 0] and {e.kind for e in examples} == {"class"}
     first = [CLS_ID, *tok.encode("the cat sat on the mat .")[:6], SEP_ID]
     assert examples[0].tokens == first and examples[0].segments == [0] * 8 and examples[0].allowed is None
     assert examples[1].tokens == [CLS_ID, *tok.encode("the dog ran in the park"), SEP_ID]
@@ -596,7 +667,7 @@ def test_pair_examples_lay_out_cls_a_sep_b_sep(tok):
         ia, ib = tok.encode(a), tok.encode(b)
         assert e.tokens == [CLS_ID, *ia, SEP_ID, *ib, SEP_ID]
         assert e.segments == [0] * (len(ia) + 2) + [1] * (len(ib) + 1)
-        assert e.target == label and type(e.target) is int and e.allowed is None
+        assert e.target == label and type(e.target) is int and e.allowed is None and e.kind == "class"
     short = pair_examples(tok, [(CORPUS[1], CORPUS[0], np.int64(1))], 9)[0]
     assert len(short.tokens) == 9 and short.tokens.count(SEP_ID) == 2 and short.target == 1
 
@@ -633,7 +704,7 @@ def test_case_restoration_tags_the_first_piece_of_every_word(tok):
     for sentence, e in zip(sentences, examples):
         words = [w for w in sentence.split() if w != "[UNK]"]
         tokens, targets = expected_case_example(tok, words)
-        assert e.tokens == tokens and e.target == targets
+        assert e.tokens == tokens and e.target == targets and e.kind == "tags"
         assert e.segments == [0] * len(tokens) and e.allowed is None
         # the input is the lower-cased sentence, without its [UNK]
         assert e.tokens[1:-1] == tok.encode(" ".join(words).lower())
@@ -720,7 +791,8 @@ def test_cloze_examples_hold_the_answer_in_the_passage(tok, max_len, question_pi
     for item in out:
         assert isinstance(item, SpanExample)
         e = item.example
-        tokens, segments, (first, last), allowed = e
+        tokens, segments, (first, last), kind, allowed = e
+        assert kind == "span"
         assert len(tokens) <= max_len and len(segments) == len(allowed) == len(tokens)
         assert tokens[0] == CLS_ID and tokens[-1] == SEP_ID and tokens.count(SEP_ID) == 2
         sep = tokens.index(SEP_ID)
@@ -780,7 +852,11 @@ def test_cloze_needs_room_for_a_passage(tok):
 # ----------------------------------------------------------------------------- batches
 
 def class_examples(n: int) -> list[Example]:
-    return [Example([CLS_ID] + [10 + i] * (1 + i % 4) + [SEP_ID], [0] * (3 + i % 4), i % 2) for i in range(n)]
+    return [Example([CLS_ID] + [10 + i] * (1 + i % 4) + [SEP_ID], [0] * (3 + i % 4), i % 2, "class") for i in range(n)]
+
+
+def same_batch(a: FineTuningBatch, b: FineTuningBatch) -> bool:
+    return a.kind == b.kind and all(torch.equal(x, y) for x, y in zip(a[:4], b[:4]))
 
 
 def ids_of(batch: FineTuningBatch) -> list[int]:
@@ -789,9 +865,9 @@ def ids_of(batch: FineTuningBatch) -> list[int]:
 
 def test_batches_pad_every_field_to_the_longest_example():
     examples = [
-        Example([2, 7, 3], [0, 0, 0], 1),
-        Example([2, 7, 8, 3, 9, 3], [0, 0, 0, 0, 1, 1], 0),
-        Example([2, 5, 6, 7, 3], [0, 0, 0, 0, 0], 1),
+        Example([2, 7, 3], [0, 0, 0], 1, "class"),
+        Example([2, 7, 8, 3, 9, 3], [0, 0, 0, 0, 1, 1], 0, "class"),
+        Example([2, 5, 6, 7, 3], [0, 0, 0, 0, 0], 1, "class"),
     ]
     (batch,) = list(FineTuningBatches(examples, 4, shuffle=False))
     assert batch.tokens.tolist() == [[2, 7, 3, 0, 0, 0], [2, 7, 8, 3, 9, 3], [2, 5, 6, 7, 3, 0]]
@@ -799,18 +875,19 @@ def test_batches_pad_every_field_to_the_longest_example():
     assert batch.targets.tolist() == [1, 0, 1] and batch.targets.dtype == torch.int64
     assert batch.tokens.dtype == batch.segments.dtype == torch.int64
     assert batch.allowed.dtype == torch.bool and not batch.allowed.any() and batch.allowed.shape == (3, 6)
+    assert batch.kind == "class"
 
-    tags = [Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX]),
-            Example([2, 7, 8, 3], [0, 0, 0, 0], [IGNORE_INDEX, 2, 0, IGNORE_INDEX])]
+    tags = [Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX], "tags"),
+            Example([2, 7, 8, 3], [0, 0, 0, 0], [IGNORE_INDEX, 2, 0, IGNORE_INDEX], "tags")]
     (batch,) = list(FineTuningBatches(tags, 2, shuffle=False))
     I = IGNORE_INDEX
-    assert batch.targets.tolist() == [[I, 1, I, I], [I, 2, 0, I]]
+    assert batch.targets.tolist() == [[I, 1, I, I], [I, 2, 0, I]] and batch.kind == "tags"
     assert batch.tokens.tolist() == [[2, 7, 3, 0], [2, 7, 8, 3]]
 
-    spans = [Example([2, 4, 3, 7, 8, 3], [0, 0, 0, 1, 1, 1], (3, 4), [False, False, False, True, True, False]),
-             Example([2, 4, 3, 7, 3], [0, 0, 0, 1, 1], (3, 3), [False, False, False, True, False])]
+    spans = [Example([2, 4, 3, 7, 8, 3], [0, 0, 0, 1, 1, 1], (3, 4), "span", [False, False, False, True, True, False]),
+             Example([2, 4, 3, 7, 3], [0, 0, 0, 1, 1], (3, 3), "span", [False, False, False, True, False])]
     (batch,) = list(FineTuningBatches(spans, 2, shuffle=False))
-    assert batch.targets.tolist() == [[3, 4], [3, 3]]
+    assert batch.targets.tolist() == [[3, 4], [3, 3]] and batch.kind == "span"
     assert batch.allowed.tolist() == [[False, False, False, True, True, False],
                                       [False, False, False, True, False, False]]
     assert batch.segments.tolist() == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0]]
@@ -827,8 +904,7 @@ def test_batches_are_a_pure_function_of_the_step_and_epochs_visit_every_example_
         for index in range(3):
             step = epoch * 3 + index
             first, second = batches(step), batches(step)
-            for a, b in zip(first, second):
-                assert torch.equal(a, b)
+            assert same_batch(first, second)
             assert first.tokens.shape[0] == (4 if index < 2 else 2)
             seen += ids_of(first)
         assert sorted(seen) == list(range(10))
@@ -845,7 +921,7 @@ def test_batches_are_a_pure_function_of_the_step_and_epochs_visit_every_example_
 
 def test_bucketed_batches_group_similar_lengths_and_still_visit_every_example_once():
     rng = np.random.default_rng(0)
-    examples = [Example([CLS_ID] + [10 + i] * int(n) + [SEP_ID], [0] * (int(n) + 2), i % 2)
+    examples = [Example([CLS_ID] + [10 + i] * int(n) + [SEP_ID], [0] * (int(n) + 2), i % 2, "class")
                 for i, n in enumerate(rng.integers(1, 40, size=200))]
     plain, bucketed = FineTuningBatches(examples, 8, seed=3), FineTuningBatches(examples, 8, seed=3, bucket=5)
     assert len(bucketed) == len(plain) == 25
@@ -862,7 +938,7 @@ def test_bucketed_batches_group_similar_lengths_and_still_visit_every_example_on
     lengths = [len(examples[i].tokens) for i in window]
     firsts = {tuple(ids_of(bucketed(s))) for s in range(25)}
     assert tuple(int(i) for i in window[np.argsort(lengths, kind="stable")][:8]) in firsts
-    assert all(torch.equal(a, b) for a, b in zip(bucketed(7), FineTuningBatches(examples, 8, seed=3, bucket=5)(7)))
+    assert same_batch(bucketed(7), FineTuningBatches(examples, 8, seed=3, bucket=5)(7))
     assert bucketed(3).tokens.tolist() != bucketed(28).tokens.tolist()   # another epoch, another order
     for bad in (0, -2, True, 1.5):
         with pytest.raises(ValueError, match="bucket must be a positive int"):
@@ -885,19 +961,35 @@ def test_batches_reject_bad_examples():
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="batch_size must be a positive int"):
             FineTuningBatches(good, bad)
-    tags = Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX])
-    with pytest.raises(ValueError, match="examples mix targets of kinds"):
+    tags = Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX], "tags")
+    with pytest.raises(ValueError, match=r"FineTuningBatches: examples mix the kinds \['class', 'tags'\]"):
         FineTuningBatches([*good, tags], 2)
+    with pytest.raises(ValueError, match=r"example 1's kind must be one of \('class', 'tags', 'span'\), got 'label'"):
+        FineTuningBatches([good[0], good[1]._replace(kind="label")], 2)
+    # a span built in the old layout, allowed where the kind now stands
+    with pytest.raises(ValueError, match=r"example 0's kind must be one of .*, got \[False, True, False\]"):
+        FineTuningBatches([Example([2, 7, 3], [0, 0, 0], (1, 1), [False, True, False])], 2)
     with pytest.raises(ValueError, match=r"example 1 has fields of lengths \[2, 3\]"):
-        FineTuningBatches([good[0], Example([2, 7, 3], [0, 0], 1)], 2)
+        FineTuningBatches([good[0], Example([2, 7, 3], [0, 0], 1, "class")], 2)
     with pytest.raises(ValueError, match=r"example 0 has fields of lengths \[2, 3\]"):
-        FineTuningBatches([Example([2, 7, 3], [0, 0, 0], [1, 2])], 2)
+        FineTuningBatches([Example([2, 7, 3], [0, 0, 0], [1, 2], "tags")], 2)
     with pytest.raises(ValueError, match=r"example 0 has fields of lengths \[3, 4\]"):
-        FineTuningBatches([Example([2, 7, 3], [0, 0, 0], (1, 1), [False, True, False, False])], 2)
-    for target in ("1", (1, 2, 3), True, 1.0):
-        with pytest.raises(ValueError, match="a target must be an int, a list of tags or a"):
-            FineTuningBatches([Example([2, 7, 3], [0, 0, 0], target)], 2)
-    assert FineTuningBatches([Example([2, 7, 3], [0, 0, 0], np.int64(1))], 2)(0).targets.tolist() == [1]
+        FineTuningBatches([Example([2, 7, 3], [0, 0, 0], (1, 1), "span", [False, True, False, False])], 2)
+    # the kind is stated, and the target must be of it: nothing is guessed from the target's type
+    for kind, target, pattern in [("class", "1", "class target must be an int"), ("class", True, "class target"),
+                                  ("class", 1.0, "class target"), ("class", [1, 2, 3], "class target"),
+                                  ("tags", 1, "tags target must be a list of ints"),
+                                  ("tags", [1, 2.5, 0], "tags target must be a list of ints"),
+                                  ("span", (1, 2, 3), r"span target must be a \(start, end\) pair of ints"),
+                                  ("span", [1, 2, 0], "span target"), ("span", (1, 1.0), "span target")]:
+        with pytest.raises(ValueError, match=f"FineTuningBatches: example 0's {pattern}"):
+            FineTuningBatches([Example([2, 7, 3], [0, 0, 0], target, kind, [False, True, False])], 2)
+    with pytest.raises(ValueError, match="example 0 is a span without allowed positions"):
+        FineTuningBatches([Example([2, 7, 3], [0, 0, 0], (1, 1), "span")], 2)
+    assert FineTuningBatches([Example([2, 7, 3], [0, 0, 0], np.int64(1), "class")], 2)(0).targets.tolist() == [1]
+    # a list of two tags is tags, and a pair is a span, as they say
+    assert FineTuningBatches([Example([2, 7], [0, 0], [1, 2], "tags")], 1)(0).targets.tolist() == [[1, 2]]
+    assert FineTuningBatches([Example([2, 7], [0, 0], [1, 1], "span", [False, True])], 1)(0).targets.tolist() == [[1, 1]]
 
 
 def test_task_examples_train_their_heads_through_the_batches(tok):

@@ -1,6 +1,7 @@
 """The contracts that data and models agree on, on a floor below both (neither imports the other).
 
 * ``IGNORE_INDEX``, the target id that a loss skips;
+* ``FINETUNING_KINDS``, the kinds of targets a fine-tuning task has;
 * ``pad_sequences``, how id sequences become one padded tensor;
 * the batch types that the data modules build and the models' losses read
   (:class:`Seq2SeqBatch`, :class:`PretrainingBatch`, :class:`FineTuningBatch`, :class:`InContextBatch`);
@@ -21,7 +22,7 @@ import torch
 from transformer_book.subword import PAD_ID
 from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
 
-__all__ = ["IGNORE_INDEX", "pad_sequences", "Seq2SeqBatch", "PretrainingBatch", "FineTuningBatch", "InContextBatch",
+__all__ = ["IGNORE_INDEX", "FINETUNING_KINDS", "pad_sequences", "Seq2SeqBatch", "PretrainingBatch", "FineTuningBatch", "InContextBatch",
            "Tokenizer", "BatchTokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel", "conforms"]
 
 IGNORE_INDEX = -100
@@ -93,22 +94,31 @@ class PretrainingBatch(NamedTuple):
         return self.tokens == WORDPIECE_PAD_ID
 
 
+FINETUNING_KINDS = ("class", "tags", "span")
+"""The kinds of targets a fine-tuning task has, one per head of
+:mod:`transformer_book.models.finetuning`. A class per sentence (or pair), a tag per token, or
+an answer span."""
+
+
 class FineTuningBatch(NamedTuple):
     """One batch for a fine-tuning head of :mod:`transformer_book.models.finetuning`, padded on
     the right with ``[PAD]``.
 
-    ``tokens`` and ``segments`` ``(B, n)`` int64 as BERT reads them. ``targets``:
-    ``(B,)`` class ids for a sentence or pair classifier; ``(B, n)`` tag ids for a tagger,
+    ``tokens`` and ``segments`` ``(B, n)`` int64 as BERT reads them. ``targets``, by ``kind``
+    (one of :data:`~transformer_book.contracts.FINETUNING_KINDS`): ``"class"``, ``(B,)`` class
+    ids for a sentence or pair classifier; ``"tags"``, ``(B, n)`` tag ids for a tagger,
     ``IGNORE_INDEX`` where no tag is scored (specials, padding, pieces that continue a word);
-    ``(B, 2)`` start and end positions (end inclusive) for a span extractor. ``allowed``
-    ``(B, n)`` bool: where a span may start or end (the passage's pieces); all ``False`` for
-    the other tasks.
+    ``"span"``, ``(B, 2)`` start and end positions (end inclusive) for a span extractor.
+    ``allowed`` ``(B, n)`` bool: where a span may start or end (the passage's pieces); all
+    ``False`` for the other tasks. A ``kind`` of ``None`` (a batch made by hand) states none:
+    a head then checks the targets' shape alone.
     """
 
     tokens: torch.Tensor
     segments: torch.Tensor
     targets: torch.Tensor
     allowed: torch.Tensor
+    kind: str | None = None
 
 
 class InContextBatch(NamedTuple):

@@ -13,8 +13,9 @@ batches the heads of :mod:`transformer_book.models.finetuning` read.
   the answer is its span in the passage. This is the cloze construction of reading-comprehension
   corpora from news (Hermann et al., 2015), built from WikiText-2 articles.
 
-Every example is an :class:`Example` of ids that start with ``[CLS]``; :class:`FineTuningBatches`
-pads them into :class:`FineTuningBatch` es addressable by
+Every example is an :class:`Example` of ids that start with ``[CLS]``, which states the kind of
+its target (``"class"``, ``"tags"`` or ``"span"``: the head that reads it); :class:`FineTuningBatches`
+pads examples of one kind into :class:`FineTuningBatch` es of that kind, addressable by
 training step, as :func:`~transformer_book.training.fit` needs.
 """
 
@@ -27,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from transformer_book.contracts import IGNORE_INDEX, BatchTokenizer, FineTuningBatch, Tokenizer
+from transformer_book.contracts import FINETUNING_KINDS, IGNORE_INDEX, BatchTokenizer, FineTuningBatch, Tokenizer
 from transformer_book.data.pretraining import check_max_len, encode_pair, special_ids
 from transformer_book.data.sst2 import load_sst2
 from transformer_book.wordpiece import PAD_ID
@@ -40,13 +41,15 @@ __all__ = [
 
 class Example(NamedTuple):
     """One encoded example: ``tokens`` (``[CLS] ... [SEP]`` ids), ``segments`` (as many ids,
-    0 or 1), ``target`` (a class id; a tag id or ``IGNORE_INDEX`` per token; or the
-    ``(start, end)`` positions of a span, end inclusive) and ``allowed`` (per token, where a
-    span may lie; ``None`` for the tasks that have no span)."""
+    0 or 1), ``target`` of the stated ``kind`` (``"class"``: a class id; ``"tags"``: a tag id or
+    ``IGNORE_INDEX`` per token; ``"span"``: the ``(start, end)`` positions of a span, end
+    inclusive) and ``allowed`` (per token, where a span may lie; ``None`` for the tasks that
+    have no span)."""
 
     tokens: list[int]
     segments: list[int]
     target: Any
+    kind: str
     allowed: list[bool] | None = None
 
 
@@ -68,7 +71,7 @@ def sst2_examples(tokenizer: Tokenizer, split: str, max_len: int, *, download: b
     """SST-2's ``split`` (``"train"`` or ``"dev"``) as single-sentence examples whose target is
     the label (1 positive, 0 negative); see :func:`~transformer_book.data.load_sst2`."""
     rows = load_sst2(split, download=download)
-    return [Example(ids, [0] * len(ids), label) for ids, (_, label) in
+    return [Example(ids, [0] * len(ids), label, "class") for ids, (_, label) in
             zip((encode_sentence(tokenizer, text, max_len) for text, _ in rows), rows)]
 
 
@@ -163,7 +166,7 @@ def pair_examples(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str, int]], m
     examples = []
     for a, b, label in pairs:
         ids, segments = encode_pair(tokenizer, a, b, max_len)
-        examples.append(Example(ids, segments, int(label)))
+        examples.append(Example(ids, segments, int(label), "class"))
     return examples
 
 
@@ -213,7 +216,7 @@ def case_restoration_examples(tokenizer: BatchTokenizer, sentences: Sequence[str
             tokens.extend(pieces)
             targets.extend([IGNORE_INDEX if tag is None else tag] + [IGNORE_INDEX] * (len(pieces) - 1))
         if any(t != IGNORE_INDEX for t in targets):
-            examples.append(Example(tokens + [sep], [0] * (len(tokens) + 1), targets + [IGNORE_INDEX]))
+            examples.append(Example(tokens + [sep], [0] * (len(tokens) + 1), targets + [IGNORE_INDEX], "tags"))
     return examples
 
 
@@ -336,9 +339,29 @@ def cloze_span_examples(tokenizer: BatchTokenizer, documents: Sequence[Sequence[
                 segments = [0] * (len(q_pieces) + 2) + [1] * (len(flat) + 1)
                 allowed = [False] * (len(q_pieces) + 2) + [True] * len(flat) + [False]
                 question = " ".join([*sentence_words[q][:i], "[MASK]", *sentence_words[q][j:]])
-                out.append(SpanExample(Example(tokens, segments, (first, last), allowed), " ".join(answer_words),
+                out.append(SpanExample(Example(tokens, segments, (first, last), "span", allowed), " ".join(answer_words),
                                        question, " ".join(p_words), candidates))
     return out
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_target(index: int, example: Example) -> None:
+    """A target of its example's kind: a class id, a list of tag ids, or a ``(start, end)`` pair
+    (with ``allowed``)."""
+    target, kind = example.target, example.kind
+    if kind == "class" and not _is_id(target):
+        raise ValueError(f"FineTuningBatches: example {index}'s class target must be an int, got {target!r}")
+    if kind == "tags" and not (isinstance(target, (list, tuple)) and all(_is_id(t) for t in target)):
+        raise ValueError(f"FineTuningBatches: example {index}'s tags target must be a list of ints, got {target!r}")
+    if kind == "span":
+        if not (isinstance(target, (list, tuple)) and len(target) == 2 and all(_is_id(t) for t in target)):
+            raise ValueError(f"FineTuningBatches: example {index}'s span target must be a (start, end) pair of ints, "
+                             f"got {target!r}")
+        if example.allowed is None:
+            raise ValueError(f"FineTuningBatches: example {index} is a span without allowed positions")
 
 
 class FineTuningBatches:
@@ -348,8 +371,8 @@ class FineTuningBatches:
     ``shuffle=False``), ``batch_size`` at a time (the last batch of an epoch may be smaller);
     ``batches(step)`` is the batch of global step ``step``, a pure function of the step, so that
     :func:`~transformer_book.training.fit` resumes exactly. Each batch is padded with ``[PAD]``
-    (segment 0, target ``IGNORE_INDEX``, not allowed) to its own longest example. Iterating
-    gives one epoch in order.
+    (segment 0, target ``IGNORE_INDEX``, not allowed) to its own longest example, and states
+    the examples' kind (``batch.kind``, also ``self.kind``). Iterating gives one epoch in order.
 
     With ``bucket = k > 1`` the batches hold examples of similar length, so that little of a
     step's work is padding: each epoch's order is cut into windows of ``k * batch_size``
@@ -359,7 +382,8 @@ class FineTuningBatches:
 
     Raises:
         ValueError: no examples, a ``batch_size`` or ``bucket`` that is not a positive int,
-            examples whose fields differ in length, or targets of different kinds.
+            examples of different or unknown kinds, a target that is not of its example's
+            kind, a span example without ``allowed``, or examples whose fields differ in length.
     """
 
     def __init__(self, examples: Sequence[Example], batch_size: int, *, seed: int = 0, shuffle: bool = True,
@@ -370,11 +394,16 @@ class FineTuningBatches:
             raise ValueError(f"FineTuningBatches: bucket must be a positive int, got {bucket!r}")
         if len(examples) == 0:
             raise ValueError("FineTuningBatches: no examples")
-        kinds = {self._kind(e.target) for e in examples}
-        if len(kinds) != 1:
-            raise ValueError(f"FineTuningBatches: examples mix targets of kinds {sorted(kinds)}")
-        self.kind = kinds.pop()
         for index, e in enumerate(examples):
+            if not isinstance(e.kind, str) or e.kind not in FINETUNING_KINDS:
+                raise ValueError(f"FineTuningBatches: example {index}'s kind must be one of {FINETUNING_KINDS}, "
+                                 f"got {e.kind!r}")
+        kinds = sorted({e.kind for e in examples})
+        if len(kinds) != 1:
+            raise ValueError(f"FineTuningBatches: examples mix the kinds {kinds}")
+        self.kind = kinds[0]
+        for index, e in enumerate(examples):
+            _check_target(index, e)
             sizes = {len(e.tokens), len(e.segments)} | ({len(e.target)} if self.kind == "tags" else set()) \
                 | ({len(e.allowed)} if e.allowed is not None else set())
             if len(sizes) != 1:
@@ -382,17 +411,6 @@ class FineTuningBatches:
         self.examples, self.batch_size, self.seed, self.shuffle = list(examples), batch_size, seed, shuffle
         self.bucket = bucket
         self._epoch_batches: tuple[int, list[np.ndarray]] | None = None
-
-    @staticmethod
-    def _kind(target: Any) -> str:
-        if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
-            return "class"
-        if isinstance(target, tuple) and len(target) == 2:
-            return "span"
-        if isinstance(target, list):
-            return "tags"
-        raise ValueError(f"FineTuningBatches: a target must be an int, a list of tags or a (start, end) tuple, "
-                         f"got {target!r}")
 
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -426,7 +444,7 @@ class FineTuningBatches:
             targets = torch.tensor([list(e.target) for e in chosen])
         else:
             targets = tags
-        return FineTuningBatch(tokens, segments, targets, allowed)
+        return FineTuningBatch(tokens, segments, targets, allowed, self.kind)
 
     def batches_of_epoch(self, epoch: int) -> list[np.ndarray]:
         """The indices of each batch of epoch ``epoch``, in the order they are visited."""

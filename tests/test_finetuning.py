@@ -1008,3 +1008,14 @@ def test_task_examples_train_their_heads_through_the_batches(tok):
     predicted = predict(model, batch, max_answer_length=4)
     for b, (i, j) in enumerate(predicted.tolist()):
         assert batch.allowed[b, i] and batch.allowed[b, j] and 0 <= j - i < 4
+
+
+def test_a_span_batch_made_by_hand_without_allowed_is_checked_against_the_whole_row():
+    # allowed=None means every position may hold the answer: an answer past the row's end is named
+    torch.manual_seed(0)
+    head = SpanExtractor(BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, max_len=16)))
+    tokens = torch.randint(5, 50, (2, 6))
+    loss, count = head.loss(FineTuningBatch(tokens, torch.zeros_like(tokens), torch.tensor([[1, 2], [0, 5]]), None))
+    assert torch.isfinite(loss) and count == 2
+    with pytest.raises(ValueError, match=r"answer \(1, 7\) of row 0"):
+        head.loss(FineTuningBatch(tokens, torch.zeros_like(tokens), torch.tensor([[1, 7], [0, 5]]), None))

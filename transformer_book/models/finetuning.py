@@ -221,9 +221,11 @@ def _check_allowed(allowed: torch.Tensor | None, tokens: torch.Tensor) -> None:
         raise ValueError("SpanExtractor: a row of allowed is all False (no position may hold the answer)")
 
 
-def _check_answers(answers: torch.Tensor, allowed: torch.Tensor) -> None:
-    """Every answer ``(i*, j*)`` lies at allowed positions, with ``i* <= j*``."""
-    n = allowed.shape[1]
+def _check_answers(answers: torch.Tensor, allowed: torch.Tensor | None, n: int) -> None:
+    """Every answer ``(i*, j*)`` lies in ``[0, n)``, at allowed positions (every one when ``allowed`` is
+    ``None``), with ``i* <= j*``."""
+    if allowed is None:
+        allowed = torch.ones(len(answers), n, dtype=torch.bool, device=answers.device)
     inside = ((answers >= 0) & (answers < n)).all(dim=1)
     valid = inside & allowed.gather(1, answers.clamp(0, n - 1)).all(dim=1) & (answers[:, 0] <= answers[:, 1])
     if not valid.all():
@@ -266,7 +268,7 @@ class SpanExtractor(FineTuningHead):
         """
         answers = self.checked_targets(batch, (len(batch.tokens), 2))
         s, e = self(batch.tokens, batch.segments, batch.allowed)
-        _check_answers(answers, batch.allowed)
+        _check_answers(answers, batch.allowed, batch.tokens.shape[1])
         return (F.cross_entropy(s, answers[:, 0]) + F.cross_entropy(e, answers[:, 1])) / 2, len(answers)
 
     def predict(self, batch: FineTuningBatch, *, max_answer_length: int = 30) -> torch.Tensor:

@@ -40,7 +40,7 @@ NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 NEEDS = [
     (re.compile(r"translator\.load_or_train\("), "chapter 7's translators"),
     (re.compile(r"gpt(_recipes)?\.load_or_train\("), "chapter 9's GPT"),
-    (re.compile(r"\.load_or_pretrain\("), "chapter 13's BERT"),
+    (re.compile(r"\b(small_bert|bert(_recipe)?)\.load_or_train\("), "chapter 13's BERT"),
     (re.compile(r"\bload_encoder\("), "all-MiniLM-L6-v2 (package index)"),
     (re.compile(r"\bload_language_model\(|\btokenizer_from_gguf\("), "SmolLM2-135M-Instruct (package index)"),
 ]

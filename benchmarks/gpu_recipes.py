@@ -45,8 +45,8 @@ from transformer_book.recipes import translator as mt
 from transformer_book.subword import PAD_ID, SubwordTokenizer
 
 CANDIDATES = {
-    "chapter 7's sizes": dict(mt.CHAPTER7_SIZES),
-    "the base width": dict(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=3, n_decoder_layers=3),
+    "chapter 7's sizes": mt.CHAPTER7_SIZES,
+    "the base width": mt.Sizes(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=3, n_decoder_layers=3),
 }
 """The translators trained: chapter 7's sizes (d_model 256, 4 heads, d_ff 1,024), and the base
 Transformer's width (512, 8 heads, 2,048); three layers on each side in both."""
@@ -78,7 +78,7 @@ def translator(out: Path, device: torch.device, budget_s: float, steps: int, max
                                     shuffle=False))
     runs = {}
     for name, sizes in ((n, CANDIDATES[n]) for n in candidates):
-        plan = dataclasses.replace(base, sizes=sizes, steps=steps, max_tokens=max_tokens)
+        plan = base.replace(sizes=sizes, steps=steps, max_tokens=max_tokens)
         torch.manual_seed(0)
         model = Transformer(plan.model_config(len(tokenizer)))
         config = dataclasses.replace(plan.train_config(), time_budget_s=budget_s, eval_every=max(1, steps // 10),
@@ -101,8 +101,8 @@ def translator(out: Path, device: torch.device, budget_s: float, steps: int, max
                           for n, r in runs.items())
     sizes = plan.sizes
     picked = f"the better of {len(runs)} translators by validation loss ({others}); " if len(runs) > 1 else ""
-    notes = (f"{picked}{chosen}: d_model {sizes['d_model']}, "
-             f"{sizes['n_heads']} heads, d_ff {sizes['d_ff']:,}, {n_params:,} parameters, "
+    notes = (f"{picked}{chosen}: d_model {sizes.d_model}, "
+             f"{sizes.n_heads} heads, d_ff {sizes.d_ff:,}, {n_params:,} parameters, "
              f"{steps_done:,} steps of up to {max_tokens:,} padded positions in {seconds:.0f} s of training; "
              f"chapter 7's recipe otherwise (joint SentencePiece BPE of {base.vocab_size:,}, label smoothing 0.1, "
              f"inverse-square-root schedule, peak lr {base.lr:g})")
@@ -126,8 +126,8 @@ def bert(out: Path, device: torch.device, budget_s: float, smoke: bool = False) 
         chosen = chosen.replace(n_documents=40, steps=20)
     d = small_bert.prepare_data(chosen)
     valid = small_bert.validation_batches(d)
-    model, history = small_bert.pretrain(chosen, d, device=device, val_batches=valid[: max(1, 1_000 // 64)],
-                                         budget_s=budget_s)
+    model, history = small_bert.train(chosen, d, device=device, val_batches=valid[: max(1, 1_000 // 64)],
+                                      budget_s=budget_s)
     final = small_bert.evaluate_pretraining(model, valid, device=device, nsp=chosen.nsp)
     unigram = small_bert.unigram_cross_entropy(d, valid)
     steps_done, seconds = history.train_loss[-1][0], history.train_time_s[-1][1]

@@ -12,17 +12,17 @@ from transformer_book.recipes import gpt
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TEXT = "to be or not to be, that is the question; whether 'tis nobler in the mind to suffer\n" * 40
-TINY = dict(context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
+TINY = gpt.Sizes(context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
 
 
 def test_the_recipe_is_chapter_9s_optimiser_and_schedule():
-    recipe = gpt.GPTRecipe(dict(TINY), batch=4, lr=1e-3, steps=200, warmup_steps=20, budget_s=5.0)
+    recipe = gpt.Recipe(TINY, batch=4, lr=1e-3, steps=200, warmup_steps=20, budget_s=5.0)
     config = recipe.train_config(seed=3)
     assert (config.schedule, config.min_lr_ratio, config.betas, config.weight_decay) == ("cosine", 0.1, (0.9, 0.99), 0.1)
     assert (config.steps, config.warmup_steps, config.lr, config.time_budget_s, config.seed) == (200, 20, 1e-3, 5.0, 3)
     assert (config.eval_every, config.log_every, config.smoothing, config.clip_norm) == (20, 4, 0.0, 1.0)
-    assert recipe.model_config(30) == gpt.GPTConfig(30, **TINY)
-    assert gpt.shakespeare_recipe("full").sizes == gpt.LONG_SIZES and gpt.shakespeare_recipe("full").budget_s == 600.0
+    assert recipe.model_config(30) == gpt.GPTConfig(30, context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
+    assert gpt.recipe("full").sizes == gpt.LONG_SIZES and gpt.recipe("full").budget_s == 600.0
 
 
 @pytest.mark.parametrize("change, message", [
@@ -31,31 +31,41 @@ def test_the_recipe_is_chapter_9s_optimiser_and_schedule():
     (dict(warmup_steps=-1), "warmup_steps must be a non-negative int"),
     (dict(lr=float("nan")), "lr"),
     (dict(budget_s=0.0), "budget_s"),
-    (dict(sizes=dict(TINY, n_heads=3)), "not divisible by n_heads"),
 ])
 def test_a_bad_recipe_is_refused_when_made(change, message):
     with pytest.raises(ValueError, match=message):
-        gpt.GPTRecipe(**{**dict(sizes=dict(TINY)), **change})
+        gpt.Recipe(**{**dict(sizes=TINY), **change})
+
+
+def test_sizes_are_typed_and_checked_when_made():
+    with pytest.raises(ValueError, match="not divisible by n_heads"):
+        TINY.replace(n_heads=3)
+    with pytest.raises(ValueError, match="dropout must lie in"):
+        TINY.replace(dropout=1.5)
+    with pytest.raises(TypeError, match="n_layer"):
+        TINY.replace(n_layer=2)                                   # a misspelt size is an error, not ignored
+    with pytest.raises(TypeError, match="sizes must be a recipes.gpt.Sizes"):
+        gpt.Recipe(dict(context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0))
 
 
 def test_filling_sets_the_steps_that_fill_the_budget(monkeypatch):
     monkeypatch.setattr(training, "seconds_per_step", lambda *args, **kwargs: 1 / 64)
-    filled = gpt.GPTRecipe(dict(TINY), batch=4).filling(30.0, 20, device="cpu")
+    filled = gpt.Recipe(TINY, batch=4).filling(30.0, 20, device="cpu")
     assert (filled.steps, filled.warmup_steps, filled.budget_s) == (1862, 100, 30.0)      # 97% of 30 s at 64 steps a second
-    short = gpt.GPTRecipe(dict(TINY), batch=4).filling(0.5, 20, device="cpu")
+    short = gpt.Recipe(TINY, batch=4).filling(0.5, 20, device="cpu")
     assert (short.steps, short.warmup_steps) == (31, 3)
-    assert dataclasses.replace(filled, steps=2_000, warmup_steps=100, budget_s=None) == gpt.GPTRecipe(dict(TINY), batch=4)
+    assert dataclasses.replace(filled, steps=2_000, warmup_steps=100, budget_s=None) == gpt.Recipe(TINY, batch=4)
 
 
 def test_filling_times_a_real_step():
-    filled = gpt.GPTRecipe(dict(TINY), batch=4).filling(1.0, 20, device="cpu")
+    filled = gpt.Recipe(TINY, batch=4).filling(1.0, 20, device="cpu")
     assert filled.steps >= 20 and filled.budget_s == 1.0
 
 
 def test_train_is_seeded_and_learns():
     corpus = data.char_corpus(TEXT)
-    val = gpt.validation_batches(corpus.val_ids, TINY["context"], n_batches=2, batch=4)
-    recipe = gpt.GPTRecipe(dict(TINY), batch=8, lr=3e-3, steps=60, warmup_steps=5)
+    val = gpt.validation_batches(corpus.val_ids, TINY.context, n_batches=2, batch=4)
+    recipe = gpt.Recipe(TINY, batch=8, lr=3e-3, steps=60, warmup_steps=5)
     first = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", name="tiny")
     again = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", name="tiny")
     assert first.summary["val_loss"] == again.summary["val_loss"] and first.summary["steps"] == 60
@@ -70,13 +80,13 @@ def test_train_is_seeded_and_learns():
 
 def test_train_and_filling_take_another_model():
     corpus = data.char_corpus(TEXT)
-    val = gpt.validation_batches(corpus.val_ids, TINY["context"], n_batches=2, batch=4)
-    recipe = gpt.GPTRecipe(dict(TINY), batch=8, lr=3e-3, steps=5, warmup_steps=1)
+    val = gpt.validation_batches(corpus.val_ids, TINY.context, n_batches=2, batch=4)
+    recipe = gpt.Recipe(TINY, batch=8, lr=3e-3, steps=5, warmup_steps=1)
     built = []
 
     def build():
         built.append(torch.rand(1).item())        # drawn after the seed: the same each run
-        return GPT(gpt.GPTConfig(corpus.vocab_size, **dict(TINY, n_layers=2)))
+        return GPT(TINY.replace(n_layers=2).model_config(corpus.vocab_size))
 
     first = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", build=build)
     again = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", build=build)
@@ -91,7 +101,7 @@ def small_shakespeare(monkeypatch, tmp_path):
     monkeypatch.setenv("TB_PROFILE", "quick")
     monkeypatch.setenv("TB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(data, "load_tiny_shakespeare", lambda **kwargs: data.char_corpus(TEXT))
-    monkeypatch.setattr(gpt, "shakespeare_recipe", lambda profile=None: gpt.GPTRecipe(dict(TINY), batch=4, budget_s=0.3))
+    monkeypatch.setattr(gpt, "recipe", lambda profile=None: gpt.Recipe(TINY, batch=4, budget_s=0.3))
 
 
 def test_trains_once_then_loads(small_shakespeare, tmp_path):
@@ -111,7 +121,28 @@ def test_load_or_train_refuses_another_model_or_vocabulary(small_shakespeare, tm
     with pytest.raises(ValueError, match=r"bert.pt holds a BERT with no tokenizer, not a GPT with no tokenizer"):
         gpt.load_or_train(path=bert, device="cpu")
     other = data.char_corpus("abcdefghij" * 100)
-    model = GPT(gpt.GPTConfig(other.vocab_size, **TINY))
+    model = GPT(TINY.model_config(other.vocab_size))
     path = checkpoints.save_model(tmp_path / "other.pt", model, metadata={"chars": "".join(other.chars)})
     with pytest.raises(ValueError, match="another character vocabulary"):
         gpt.load_or_train(path=path, device="cpu")
+
+
+def test_save_then_load_or_train_round_trips(small_shakespeare, tmp_path):
+    """What chapter 9 does: train, save with gpt.save, and a later chapter's load_or_train reads it back."""
+    corpus = data.char_corpus(TEXT)
+    val = gpt.validation_batches(corpus.val_ids, TINY.context, n_batches=2, batch=4)
+    run = gpt.train(gpt.Recipe(TINY, batch=4, lr=3e-3, steps=3, warmup_steps=1), corpus.train_ids, val,
+                    corpus.vocab_size, device="cpu", progress=False)
+    path = gpt.save(run.model, corpus, run.summary)
+    assert path == gpt.checkpoint_path() == tmp_path / "cache" / "checkpoints" / "09_language_model-quick.pt"
+    model, loaded_corpus, info = gpt.load_or_train(device="cpu")
+    assert info == {"chars": "".join(corpus.chars), **run.summary, "source": "loaded", "path": str(path)}
+    assert model.config == run.model.config and loaded_corpus.chars == corpus.chars
+    saved = run.model.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
+    elsewhere = gpt.save(run.model, corpus, run.summary, path=tmp_path / "elsewhere.pt")
+    assert gpt.load_or_train(path=elsewhere, device="cpu")[2]["source"] == "loaded"
+    with pytest.raises(ValueError, match="model must be a GPT, got BERT"):
+        gpt.save(BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)), corpus, {})
+    with pytest.raises(ValueError, match="the corpus has 10 characters"):
+        gpt.save(run.model, data.char_corpus("abcdefghij" * 100), run.summary, path=tmp_path / "other.pt")

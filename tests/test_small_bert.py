@@ -26,14 +26,15 @@ from transformer_book.recipes.bert import (
     STARTING_POINT,
     Recipe,
     checkpoint_path,
-    load_or_pretrain,
+    load_or_train,
     load_study,
     prepare_data,
-    pretrain,
     recipe,
+    save,
     seconds_per_step,
     study_path,
     study_recipes,
+    train,
     train_config,
     unigram_cross_entropy,
     validation_batches,
@@ -55,7 +56,7 @@ def test_recipe_per_device_and_profile():
     with pytest.raises(RuntimeError):
         recipe("gpu", "full")                                  # not a device name
     for r in (quick, Recipe(), gpu):
-        BERT(r.bert_config(r.vocab_size))                      # every recipe makes a valid model
+        BERT(r.model_config(r.vocab_size))                      # every recipe makes a valid model
     assert MAX_LEN == 128
 
 
@@ -73,7 +74,7 @@ def test_the_chosen_recipe_and_the_first_editions():
     assert (chosen.vocab_size, chosen.lr) == (STARTING_POINT.vocab_size // 2, STARTING_POINT.lr * 2)
     assert (FIRST_EDITION.position, FIRST_EDITION.norm_first, FIRST_EDITION.dropout, FIRST_EDITION.inputs,
             FIRST_EDITION.select_prob) == ("learned", False, 0.1, "sentence pairs", 0.15) and FIRST_EDITION.nsp
-    config = chosen.bert_config(1234)
+    config = chosen.model_config(1234)
     assert (config.vocab_size, config.max_len, config.position, config.norm_first, config.n_heads) == \
         (1234, MAX_LEN, "alibi", True, 8)
 
@@ -132,7 +133,7 @@ def test_prepare_and_pretrain_a_tiny_recipe(inputs):
     maskable = sum(int(((b.tokens > 4) | (b.targets != -100)).sum()) for b in valid)
     assert 0.05 < selected / maskable < 0.3                                          # BERT's 15%, whatever r says
     log = []
-    model, history = pretrain(r, d, device="cpu", val_batches=valid, eval_every=3, log=log, progress=False)
+    model, history = train(r, d, device="cpu", val_batches=valid, eval_every=3, log=log, progress=False)
     assert isinstance(model, BERT) and history.train_loss[-1][0] == 6 and len(history.val_loss) == 2
     curve = validation_mlm(log, history)
     assert [step for step, _ in curve] == [3, 6]
@@ -197,8 +198,8 @@ def test_train_config_of_chapter_13(steps, warmup, eval_every, log_every):
 
 
 @pytest.mark.parametrize("steps", range(1, 13))
-def test_train_config_is_valid_for_every_step_count_that_load_or_pretrain_accepts(steps):
-    """``load_or_pretrain`` accepts any positive ``steps`` and passes it here: each must give a
+def test_train_config_is_valid_for_every_step_count_that_load_or_train_accepts(steps):
+    """``load_or_train`` accepts any positive ``steps`` and passes it here: each must give a
     config that ``fit`` can run (a cosine schedule warms up over fewer steps than it has)."""
     config = train_config(steps, 1e-3)
     assert 0 <= config.warmup_steps < steps
@@ -219,7 +220,7 @@ def test_checkpoint_path_is_per_profile_in_the_cache(tmp_path, monkeypatch):
 def forbid_pretraining(monkeypatch):
     """From here on, any attempt to pretrain fails the test at once."""
     def forbidden(*args, **kwargs):
-        raise AssertionError("load_or_pretrain started pretraining")
+        raise AssertionError("load_or_train started pretraining")
 
     monkeypatch.setattr(small_bert.pretraining, "wikitext2_documents", forbidden)
     monkeypatch.setattr(small_bert.training, "fit", forbidden)
@@ -235,12 +236,12 @@ def tiny_saved_bert(path):
 
 
 @pytest.mark.parametrize("as_str", [False, True])
-def test_load_or_pretrain_loads_an_existing_file(tmp_path, monkeypatch, as_str):
+def test_load_or_train_loads_an_existing_file(tmp_path, monkeypatch, as_str):
     path = tmp_path / "bert.pt"
     model, tokenizer = tiny_saved_bert(path)
     forbid_pretraining(monkeypatch)
-    loaded, loaded_tokenizer, metadata = load_or_pretrain(steps=5, device="cpu", path=str(path) if as_str else path,
-                                                          progress=False)
+    loaded, loaded_tokenizer, metadata = load_or_train(steps=5, device="cpu", path=str(path) if as_str else path,
+                                                       progress=False)
     assert type(loaded) is BERT and loaded.config == model.config and not loaded.training
     saved = model.state_dict()
     assert loaded.state_dict().keys() == saved.keys()
@@ -250,39 +251,39 @@ def test_load_or_pretrain_loads_an_existing_file(tmp_path, monkeypatch, as_str):
     assert next(loaded.parameters()).device.type == "cpu"
 
 
-def test_load_or_pretrain_reads_the_profiles_checkpoint_by_default(tmp_path, monkeypatch):
+def test_load_or_train_reads_the_profiles_checkpoint_by_default(tmp_path, monkeypatch):
     monkeypatch.setenv("TB_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TB_PROFILE", "quick")
     path = tmp_path / "checkpoints" / "13_bert_pretraining-quick.pt"
     tiny_saved_bert(path)
     forbid_pretraining(monkeypatch)
-    _, _, metadata = load_or_pretrain(steps=1, device="cpu", progress=False)
+    _, _, metadata = load_or_train(steps=1, device="cpu", progress=False)
     assert metadata["source"] == "loaded" and metadata["path"] == str(path)
 
 
-def test_load_or_pretrain_refuses_a_file_of_another_model(tmp_path, monkeypatch):
+def test_load_or_train_refuses_a_file_of_another_model(tmp_path, monkeypatch):
     path = tmp_path / "transformer.pt"
     tokenizer = WordPieceTokenizer.train(["the cat sat ."] * 3, vocab_size=30)
     model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
                                           n_decoder_layers=1, max_len=16))
     checkpoints.save_model(path, model, tokenizer=tokenizer)
     forbid_pretraining(monkeypatch)
-    with pytest.raises(ValueError, match="load_or_pretrain: .*transformer.pt holds a Transformer with a "
+    with pytest.raises(ValueError, match="load_or_train: .*transformer.pt holds a Transformer with a "
                                          "WordPieceTokenizer, not a BERT with a WordPieceTokenizer"):
-        load_or_pretrain(steps=5, device="cpu", path=path, progress=False)
+        load_or_train(steps=5, device="cpu", path=path, progress=False)
     # a BERT saved without its tokenizer is refused too
     bert = BERT(BERTConfig(30, max_len=16, d_model=16, n_heads=2, n_layers=1))
     checkpoints.save_model(path, bert)
     with pytest.raises(ValueError, match="holds a BERT with no tokenizer, not a BERT with a WordPieceTokenizer"):
-        load_or_pretrain(steps=5, device="cpu", path=path, progress=False)
+        load_or_train(steps=5, device="cpu", path=path, progress=False)
 
 
 @pytest.mark.parametrize("steps", [0, -3, True, False, 1.5, 10.0, "10"])
-def test_load_or_pretrain_rejects_bad_steps_before_anything_else(tmp_path, monkeypatch, steps):
+def test_load_or_train_rejects_bad_steps_before_anything_else(tmp_path, monkeypatch, steps):
     path = tmp_path / "absent.pt"
     forbid_pretraining(monkeypatch)
-    with pytest.raises(ValueError, match=r"load_or_pretrain: steps must be a positive int, got "):
-        load_or_pretrain(steps=steps, device="cpu", path=path, progress=False)
+    with pytest.raises(ValueError, match=r"load_or_train: steps must be a positive int, got "):
+        load_or_train(steps=steps, device="cpu", path=path, progress=False)
     assert not path.exists()
 
 
@@ -290,7 +291,7 @@ def test_continue_pretraining_trains_a_copy_on_the_task_text():
     r = Recipe(d_model=16, n_heads=2, n_layers=1, vocab_size=60, max_len=24, batch=4, steps=6)
     d = prepare_data(r, small_documents(), small_documents(4))
     torch.manual_seed(0)
-    model = BERT(r.bert_config(len(d.tokenizer)))
+    model = BERT(r.model_config(len(d.tokenizer)))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     texts = ["the cat sat on a mat .", "a dog ran far and then slept in the sun ."] * 10
     adapted, history = small_bert.continue_pretraining(model, d.tokenizer, texts, steps=5, r=r, device="cpu",
@@ -328,3 +329,31 @@ def test_run_study_times_each_recipe_and_runs_it_for_the_budget(tmp_path):
         small_bert.run_study(0.1, recipes={"tiny": tiny}, documents=documents, output=output, merge=True)
     with pytest.raises(ValueError, match="unknown recipes"):
         small_bert.run_study(1.0, names=["no such recipe"], output=output)
+
+
+def test_save_then_load_or_train_round_trips(tmp_path, monkeypatch):
+    """What chapter 13 does: pretrain a recipe, save it with its tokenizer and recipe; what
+    chapter 14 does: load it with load_or_train and rebuild the recipe from the metadata."""
+    monkeypatch.setenv("TB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TB_PROFILE", "quick")
+    r = Recipe(d_model=16, n_heads=2, n_layers=1, vocab_size=60, max_len=24, batch=4, steps=3)
+    d = prepare_data(r, small_documents(), small_documents(4))
+    model, history = train(r, d, device="cpu", progress=False)
+    measured = {"steps": history.train_loss[-1][0], "mlm_loss": 3.5}
+    path = save(model, d.tokenizer, measured, r=r)
+    assert path == checkpoint_path() == tmp_path / "checkpoints" / "13_bert_pretraining-quick.pt"
+    forbid_pretraining(monkeypatch)
+    loaded, tokenizer, metadata = load_or_train(device="cpu", progress=False)
+    assert metadata == {"steps": 3, "mlm_loss": 3.5, "recipe": dataclasses.asdict(r), "source": "loaded",
+                        "path": str(path)}
+    assert Recipe(**metadata["recipe"]) == r and tokenizer.to_str() == d.tokenizer.to_str()
+    saved = model.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in loaded.state_dict().items())
+    with pytest.raises(ValueError, match="metadata holds a 'recipe'"):
+        save(model, d.tokenizer, {"recipe": {}}, r=r, path=tmp_path / "x.pt")
+    with pytest.raises(ValueError, match="r must be a recipes.bert.Recipe, got dict"):
+        save(model, d.tokenizer, {}, r=dataclasses.asdict(r), path=tmp_path / "x.pt")
+    with pytest.raises(ValueError, match="model must be a BERT, got Transformer"):
+        save(Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                           n_decoder_layers=1, max_len=16)), d.tokenizer, {}, r=r, path=tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()

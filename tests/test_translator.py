@@ -98,11 +98,37 @@ def test_tatoeba_translator_has_its_own_checkpoint(fake_tatoeba, tmp_path):
     path = translator.checkpoint_path(corpus="tatoeba")
     assert path == tmp_path / "cache" / "checkpoints" / "07_translation_tatoeba-quick.pt"
     trained = translator.train("tatoeba", steps=2, device="cpu", progress=False)
-    assert path.exists() and not translator.checkpoint_path().exists()
+    assert not path.exists()                                       # train trains; save saves
     assert trained.history.train_loss[-1][0] == 2 and trained.recipe.corpus == "tatoeba"
+    assert translator.save(trained.model, trained.tokenizer, trained.summary, corpus="tatoeba") == path
+    assert path.exists() and not translator.checkpoint_path().exists()
     model, tokenizer, info = translator.load_or_train("tatoeba", device="cpu", progress=False)
-    assert info["source"] == "loaded" and info["corpus"] == "tatoeba" and info["steps"] == 2
-    assert torch.equal(model.output.weight, trained.model.output.weight)
+    assert info == {"corpus": "tatoeba", "steps": 2, "val_loss": trained.history.val_loss[-1][1],
+                    "train_seconds": trained.history.train_time_s[-1][1], "source": "loaded", "path": str(path)}
+    saved = trained.model.state_dict()
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
+    assert tokenizer.to_bytes() == trained.tokenizer.to_bytes()
+
+
+def test_save_records_the_corpus_that_load_or_train_checks(fake_multi30k, tmp_path):
+    """Chapter 7 saves its Multi30k translator with what it measured; save adds the corpus."""
+    from transformer_book.models import BERT, BERTConfig
+
+    model, tokenizer, _ = translator.load_or_train(steps=2, device="cpu", progress=False)
+    path = translator.save(model, tokenizer, {"test_bleu": 1.5, "steps": 2}, corpus="multi30k",
+                           path=tmp_path / "copy.pt")
+    info = translator.load_or_train(path=path, device="cpu")[2]
+    assert info == {"corpus": "multi30k", "test_bleu": 1.5, "steps": 2, "source": "loaded", "path": str(path)}
+    with pytest.raises(ValueError, match="holds a model trained with corpus='multi30k', not corpus='tatoeba'"):
+        translator.load_or_train("tatoeba", path=path, device="cpu")
+    with pytest.raises(ValueError, match="metadata names corpus='tatoeba'"):
+        translator.save(model, tokenizer, {"corpus": "tatoeba"}, corpus="multi30k", path=tmp_path / "x.pt")
+    with pytest.raises(ValueError, match="unknown corpus 'wmt'"):
+        translator.save(model, tokenizer, {}, corpus="wmt", path=tmp_path / "x.pt")
+    with pytest.raises(ValueError, match="model must be a models.Transformer, got BERT"):
+        translator.save(BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)),
+                        tokenizer, {}, corpus="multi30k", path=tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
 
 
 def test_translate_with_attention_agrees_with_greedy_decoding_and_beam_search(fake_multi30k):

@@ -4,15 +4,18 @@ chapters that fine-tune and prompt it (14, 15).
 A :class:`Recipe` holds every choice of a pretraining run: the model's shape, how it knows
 positions, its normalisation and dropout, the WordPiece vocabulary, what the training sequences
 are (pairs of sentences or of multi-sentence segments with next-sentence prediction, or plain
-text without it), the masking rate, the batch, the learning rate and the number of steps.
-:func:`prepare_data` turns WikiText-2's articles into the recipe's sequences, :func:`pretrain`
-trains a model with :func:`~transformer_book.training.fit`, and :func:`run_study` compares
+text without it), the masking rate, the batch, the learning rate and the number of steps;
+:data:`FIRST_EDITION`, :data:`STARTING_POINT` and :data:`GPU_RECIPE` are recipes of their own.
+:func:`prepare_data` turns WikiText-2's articles into the recipe's sequences, :func:`train`
+pretrains a model with :func:`~transformer_book.training.fit`, and :func:`run_study` compares
 recipes at equal training time (``python -m transformer_book.recipes.bert study``), writing the
 curves that chapter 13 plots (:func:`load_study`).
 
-Chapter 13 saves its model with its tokenizer to :func:`checkpoint_path`. A later chapter calls
-:func:`load_or_pretrain`: it reuses that file when it is there, and otherwise pretrains a model
-with :func:`recipe` and saves it, so that every chapter still runs on its own.
+The recipe interface that chapter 7's and chapter 9's recipes share: :func:`recipe` is the
+recipe chapter 13 trains, :func:`train` pretrains a recipe, :func:`save` writes the model with
+its tokenizer to :func:`checkpoint_path`, and :func:`load_or_train`, for a later chapter, reuses
+that file when it is there and otherwise pretrains a model with :func:`recipe` and saves it, so
+that every chapter still runs on its own.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ from transformer_book.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 __all__ = [
     "MAX_LEN", "INPUTS", "Recipe", "FIRST_EDITION", "STARTING_POINT", "recipe", "study_recipes", "ROUNDS",
     "train_config", "PretrainingData", "prepare_data", "training_batches", "validation_batches",
-    "unigram_cross_entropy", "new_model", "pretrain", "seconds_per_step", "validation_mlm", "continue_pretraining",
-    "run_study", "load_study", "study_path", "STUDY_FILE", "GPU_RECIPE", "checkpoint_path", "load_or_pretrain",
+    "unigram_cross_entropy", "new_model", "train", "seconds_per_step", "validation_mlm", "continue_pretraining",
+    "run_study", "load_study", "study_path", "STUDY_FILE", "GPU_RECIPE", "checkpoint_path", "save", "load_or_train",
 ]
 
 MAX_LEN = 128
@@ -113,7 +116,7 @@ class Recipe:
         """Whether the recipe trains next-sentence prediction (every input but plain text)."""
         return self.inputs != "text"
 
-    def bert_config(self, vocab_size: int) -> BERTConfig:
+    def model_config(self, vocab_size: int) -> BERTConfig:
         """The model of the recipe for a tokenizer of ``vocab_size`` pieces (``MAX_LEN`` positions,
         whatever length it trains on, so that every model reads the same validation text)."""
         return BERTConfig(vocab_size, max_len=MAX_LEN, d_model=self.d_model, n_heads=self.n_heads,
@@ -274,14 +277,15 @@ def unigram_cross_entropy(d: PretrainingData, batches: Sequence[pretraining.Pret
 def new_model(r: Recipe, d: PretrainingData, *, seed: int = 0) -> BERT:
     """A freshly initialised BERT of the recipe (seeded)."""
     torch.manual_seed(seed)
-    return BERT(r.bert_config(len(d.tokenizer)))
+    return BERT(r.model_config(len(d.tokenizer)))
 
 
-def pretrain(r: Recipe, d: PretrainingData, *, device: torch.device | str | None = None,
-             val_batches: Sequence[pretraining.PretrainingBatch] | None = None, eval_every: int | None = None,
-             log: list[dict[str, Any]] | None = None, progress: bool = True, seed: int = 0,
-             budget_s: float | None = None) -> tuple[BERT, training.History]:
-    """Train a new model of the recipe for ``r.steps`` steps (or ``budget_s`` seconds of training).
+def train(r: Recipe, d: PretrainingData, *, device: torch.device | str | None = None,
+          val_batches: Sequence[pretraining.PretrainingBatch] | None = None, eval_every: int | None = None,
+          log: list[dict[str, Any]] | None = None, progress: bool = True, seed: int = 0,
+          budget_s: float | None = None) -> tuple[BERT, training.History]:
+    """Pretrain a new BERT of the recipe for ``r.steps`` steps (or ``budget_s`` seconds of training);
+    :func:`save` saves it.
 
     ``val_batches`` are evaluated every ``eval_every`` steps (default: eight times) into the
     history's ``val_loss`` (the MLM loss, weighted by selected pieces, plus the NSP loss for a
@@ -375,8 +379,8 @@ def _study_run(name: str, r: Recipe, budget_s: float, per_step: float, evaluatio
     valid = validation_batches(d)
     steps = max(evaluations, int(budget_s / per_step))
     log: list[dict[str, Any]] = []
-    model, history = pretrain(r.replace(steps=steps), d, device=device, val_batches=valid[:8],
-                              eval_every=max(1, steps // evaluations), log=log, progress=False)
+    model, history = train(r.replace(steps=steps), d, device=device, val_batches=valid[:8],
+                           eval_every=max(1, steps // evaluations), log=log, progress=False)
     final = evaluate_pretraining(model, valid, device=device, nsp=r.nsp)
     return {"name": name, "recipe": dataclasses.asdict(r.replace(steps=steps)), "seconds_per_step": per_step,
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -472,7 +476,29 @@ def checkpoint_path(profile: str | None = None) -> Path:
     return loading.checkpoint_file("13_bert_pretraining", profile)
 
 
-def load_or_pretrain(
+def save(model: BERT, tokenizer: WordPieceTokenizer, metadata: dict[str, Any], *, r: Recipe,
+         path: str | Path | None = None) -> Path:
+    """Save a BERT pretrained with the recipe ``r`` and its tokenizer to ``path`` (default
+    :func:`checkpoint_path`) for :func:`load_or_train`: with ``metadata`` (chapter 13 records the
+    ``steps``, ``train_seconds``, ``mlm_loss`` and ``unigram_loss``) and then the recipe, as a dict
+    that ``Recipe(**metadata["recipe"])`` rebuilds (chapter 14 continues pretraining with it).
+    Returns the path.
+
+    Raises:
+        ValueError: ``model`` is not a :class:`~transformer_book.models.bert.BERT`, ``r`` not a
+            :class:`Recipe`, or ``metadata`` already holds a ``"recipe"``.
+    """
+    if not isinstance(model, BERT):
+        raise ValueError(f"save: model must be a BERT, got {type(model).__name__}")
+    if not isinstance(r, Recipe):
+        raise ValueError(f"save: r must be a recipes.bert.Recipe, got {type(r).__name__}")
+    if "recipe" in metadata:
+        raise ValueError("save: metadata holds a 'recipe'; the recipe is recorded from r")
+    return checkpoints.save_model(Path(path) if path is not None else checkpoint_path(), model, tokenizer=tokenizer,
+                                  metadata=_metadata(r, metadata))
+
+
+def load_or_train(
     *,
     steps: int | None = None,
     device: torch.device | str | None = None,
@@ -481,7 +507,8 @@ def load_or_pretrain(
 ) -> tuple[BERT, WordPieceTokenizer, dict[str, Any]]:
     """Chapter 13's BERT: loaded from ``path`` (default :func:`checkpoint_path`) when the file
     exists, otherwise pretrained with :func:`recipe` (for ``steps`` steps instead of the
-    recipe's, when given) and saved there (:func:`~transformer_book.recipes.load_or_train`).
+    recipe's, when given) and saved there with :func:`save`
+    (:func:`~transformer_book.recipes.load_or_train`).
 
     Returns ``(model in eval mode, tokenizer, metadata)``; ``metadata["source"]`` says
     ``"loaded"`` or ``"trained"``, and a trained model's metadata holds its validation MLM loss.
@@ -491,7 +518,7 @@ def load_or_pretrain(
             with its WordPiece tokenizer.
     """
     if steps is not None:
-        checks.positive_int("load_or_pretrain", steps=steps)
+        checks.positive_int("load_or_train", steps=steps)
     path = Path(path) if path is not None else checkpoint_path()
     device = torch.device(device) if device is not None else runtime.select_device()
 
@@ -501,17 +528,20 @@ def load_or_pretrain(
             chosen = chosen.replace(steps=steps)
         d = prepare_data(chosen)
         valid = validation_batches(d)
-        model, history = pretrain(chosen, d, device=device, val_batches=valid[: max(1, 1_000 // 64)],
-                                  progress=progress)
+        model, history = train(chosen, d, device=device, val_batches=valid[: max(1, 1_000 // 64)], progress=progress)
         final = evaluate_pretraining(model, valid, device=device, nsp=chosen.nsp)
         metadata = {"steps": history.train_loss[-1][0], "train_seconds": history.train_time_s[-1][1],
-                    "mlm_loss": final["mlm_loss"], "unigram_loss": unigram_cross_entropy(d, valid),
-                    "recipe": dataclasses.asdict(chosen)}
-        checkpoints.save_model(path, model, tokenizer=d.tokenizer, metadata=metadata)
-        return model, d.tokenizer, metadata
+                    "mlm_loss": final["mlm_loss"], "unigram_loss": unigram_cross_entropy(d, valid)}
+        save(model, d.tokenizer, metadata, r=chosen, path=path)
+        return model, d.tokenizer, _metadata(chosen, metadata)
 
     return loading.load_or_train(path, pretrained, model_class=BERT, tokenizer_class=WordPieceTokenizer,
-                                 device=device, where="load_or_pretrain")
+                                 device=device, where="load_or_train")
+
+
+def _metadata(r: Recipe, metadata: dict[str, Any]) -> dict[str, Any]:
+    # What a saved BERT records (save) and load_or_train returns: the metadata, then the recipe.
+    return {**metadata, "recipe": dataclasses.asdict(r)}
 
 
 def _main(argv: Sequence[str] | None = None) -> None:

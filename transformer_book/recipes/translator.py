@@ -2,10 +2,14 @@
 
 Chapter 7 trains two German-to-English Transformers with the same recipe: one on Multi30k,
 the image captions with published results, step by step in the chapter; and one on Tatoeba,
-everyday sentences, with :func:`train`. Both are saved with
-:func:`~transformer_book.checkpoints.save_model` to :func:`checkpoint_path`. A later chapter calls
-:func:`load_or_train`: it reuses the saved file when it is there, and otherwise trains that
-translator with :func:`train` (so that the chapter still runs on its own) and saves it.
+everyday sentences, with :func:`train`. A :class:`Recipe` holds every choice of such a run, the
+model's :class:`Sizes` among them (:data:`CHAPTER7_SIZES` in the full profile).
+
+The recipe interface that chapter 9's and chapter 13's recipes share: :func:`recipe` is the
+chapter's recipe for a corpus, :func:`train` trains it, :func:`save` writes the trained
+translator to :func:`checkpoint_path` with :func:`~transformer_book.checkpoints.save_model`, and
+:func:`load_or_train`, for a later chapter, reuses the saved file when it is there and otherwise
+trains that translator (so that the chapter still runs on its own) and saves it.
 
 :func:`translate_with_attention` translates one sentence greedily or with beam search and
 returns the decoder's cross-attention over the source as an alignment, for a reader to try
@@ -14,7 +18,8 @@ sentences of their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,12 +31,40 @@ from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.recipes import loading
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID, SubwordTokenizer
 
-__all__ = ["CORPORA", "CHAPTER7_SIZES", "RUNNING_EXAMPLE", "TranslatorRecipe", "TrainedTranslator", "Translation",
-           "recipe", "corpus_splits", "checkpoint_path", "train", "load_or_train", "translate_with_attention"]
+__all__ = ["CORPORA", "Sizes", "CHAPTER7_SIZES", "QUICK_SIZES", "RUNNING_EXAMPLE", "Recipe", "TrainedTranslator",
+           "Translation", "recipe", "corpus_splits", "checkpoint_path", "train", "save", "load_or_train",
+           "translate_with_attention"]
 
-CHAPTER7_SIZES = dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3)
+
+@dataclass(frozen=True)
+class Sizes:
+    """The shape of chapter 7's translator: width ``d_model``, ``n_heads`` heads, feed-forward
+    width ``d_ff``, ``n_encoder_layers`` and ``n_decoder_layers`` (the
+    :class:`~transformer_book.models.transformer.TransformerConfig` fields that set its size; the
+    vocabulary, dropout and length are the :class:`Recipe`'s).
+
+    Raises:
+        ValueError: sizes that make no valid model (as :class:`~transformer_book.models.transformer.TransformerConfig` says).
+    """
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_encoder_layers: int
+    n_decoder_layers: int
+
+    def __post_init__(self) -> None:
+        TransformerConfig(1, 1, **dataclasses.asdict(self))   # sizes that make no model are refused here
+
+    def replace(self, **changes: Any) -> Sizes:
+        """A copy with ``changes`` (checked like new sizes; an unknown name is a TypeError)."""
+        return dataclasses.replace(self, **changes)
+
+
+CHAPTER7_SIZES = Sizes(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3)
 """The translator's sizes in chapter 7's full profile."""
-_QUICK_SIZES = dict(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=1, n_decoder_layers=1)
+QUICK_SIZES = Sizes(d_model=64, n_heads=4, d_ff=128, n_encoder_layers=1, n_decoder_layers=1)
+"""The translator's sizes in the quick profile."""
 
 CORPORA = ("multi30k", "tatoeba")
 """The corpora a translator can be trained on, Multi30k's image captions and Tatoeba's everyday sentences."""
@@ -44,21 +77,25 @@ TATOEBA_TEST_PAIRS = 2_000
 
 
 @dataclass(frozen=True)
-class TranslatorRecipe:
+class Recipe:
     """How chapter 7 trains a translator on ``corpus`` in one profile.
 
-    The model is the post-LN encoder-decoder of chapter 6 with ``sizes``, dropout 0.1, a joint
-    SentencePiece vocabulary of ``vocab_size`` and one embedding matrix shared by the encoder,
-    the decoder and the output layer. Batches hold at most ``max_tokens`` padded positions;
-    AdamW with betas (0.9, 0.98), weight decay 0.01, peak learning rate ``lr`` reached after
-    ``warmup_steps`` and then decaying as the inverse square root of the step, label smoothing
-    0.1, gradients clipped at norm 1. ``train_pairs`` caps the training pairs (the quick
-    profile's small sample; ``None`` keeps all).
+    The model is the post-LN encoder-decoder of chapter 6 with ``sizes`` (:class:`Sizes`),
+    dropout 0.1, a joint SentencePiece vocabulary of ``vocab_size`` and one embedding matrix
+    shared by the encoder, the decoder and the output layer. Batches hold at most ``max_tokens``
+    padded positions; AdamW with betas (0.9, 0.98), weight decay 0.01, peak learning rate ``lr``
+    reached after ``warmup_steps`` and then decaying as the inverse square root of the step,
+    label smoothing 0.1, gradients clipped at norm 1. ``train_pairs`` caps the training pairs
+    (the quick profile's small sample; ``None`` keeps all).
+
+    Raises:
+        TypeError: ``sizes`` that are not a :class:`Sizes` (a dict, say).
+        ValueError: an unknown corpus, or a count or learning rate out of range.
     """
 
     corpus: str
     steps: int
-    sizes: dict[str, int] = field(default_factory=lambda: dict(CHAPTER7_SIZES))
+    sizes: Sizes = CHAPTER7_SIZES
     vocab_size: int = 8_000
     max_tokens: int = 3_000
     lr: float = 1e-3
@@ -66,11 +103,26 @@ class TranslatorRecipe:
     train_pairs: int | None = None
     max_len: int = 128
 
+    def __post_init__(self) -> None:
+        _check_corpus(self.corpus, "Recipe")
+        if not isinstance(self.sizes, Sizes):
+            raise TypeError(f"Recipe: sizes must be a recipes.translator.Sizes (such as CHAPTER7_SIZES), "
+                            f"got {type(self.sizes).__name__}")
+        checks.positive_int("Recipe", steps=self.steps, vocab_size=self.vocab_size, max_tokens=self.max_tokens,
+                            warmup_steps=self.warmup_steps, max_len=self.max_len)
+        if self.train_pairs is not None:
+            checks.positive_int("Recipe", train_pairs=self.train_pairs)
+        checks.finite_real("Recipe", "lr", self.lr, above=0)
+
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """The :class:`~transformer_book.models.transformer.TransformerConfig` of this recipe for a
         joint vocabulary of ``vocab_size``."""
-        return TransformerConfig(vocab_size, vocab_size, **self.sizes, dropout=0.1, max_len=self.max_len,
-                                 share_embeddings=True)
+        return TransformerConfig(vocab_size, vocab_size, **dataclasses.asdict(self.sizes), dropout=0.1,
+                                 max_len=self.max_len, share_embeddings=True)
+
+    def replace(self, **changes: Any) -> Recipe:
+        """A copy with ``changes`` (checked like a new recipe)."""
+        return dataclasses.replace(self, **changes)
 
     def train_config(self, steps: int | None = None) -> training.TrainConfig:
         """The :class:`~transformer_book.training.TrainConfig` of this recipe (``steps`` overrides its
@@ -83,7 +135,7 @@ class TranslatorRecipe:
                                     log_every=max(1, steps // 40), seed=0)
 
 
-def recipe(corpus: str = "multi30k", profile: str | None = None) -> TranslatorRecipe:
+def recipe(corpus: str = "multi30k", profile: str | None = None) -> Recipe:
     """Chapter 7's recipe for ``corpus`` (one of :data:`CORPORA`) in ``profile`` (default: the
     current one, :func:`~transformer_book.runtime.profile`).
 
@@ -96,9 +148,9 @@ def recipe(corpus: str = "multi30k", profile: str | None = None) -> TranslatorRe
     """
     _check_corpus(corpus, "recipe")
     if (profile or runtime.profile()) == "full":
-        return TranslatorRecipe(corpus, steps=650 if corpus == "multi30k" else 960)
-    return TranslatorRecipe(corpus, steps=30, sizes=dict(_QUICK_SIZES), vocab_size=1_000, max_tokens=1_200,
-                            warmup_steps=5, train_pairs=3_000)
+        return Recipe(corpus, steps=650 if corpus == "multi30k" else 960)
+    return Recipe(corpus, steps=30, sizes=QUICK_SIZES, vocab_size=1_000, max_tokens=1_200, warmup_steps=5,
+                  train_pairs=3_000)
 
 
 def corpus_splits(corpus: str = "multi30k", profile: str | None = None) -> data.TranslationSplit:
@@ -145,7 +197,14 @@ class TrainedTranslator(NamedTuple):
     tokenizer: SubwordTokenizer
     history: training.History
     split: data.TranslationSplit
-    recipe: TranslatorRecipe
+    recipe: Recipe
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """What :func:`save` records of the run: the ``steps`` done, the last ``val_loss`` and
+        the ``train_seconds`` they took."""
+        return {"steps": self.history.train_loss[-1][0], "val_loss": self.history.val_loss[-1][1],
+                "train_seconds": self.history.train_time_s[-1][1]}
 
 
 def train(
@@ -153,11 +212,9 @@ def train(
     *,
     steps: int | None = None,
     device: torch.device | str | None = None,
-    path: str | Path | None = None,
     progress: bool = True,
 ) -> TrainedTranslator:
-    """Train a translator on ``corpus`` with chapter 7's :func:`recipe` and save it to ``path``
-    (default :func:`checkpoint_path`), with its validation loss, steps and training time as metadata.
+    """Train a translator on ``corpus`` with chapter 7's :func:`recipe` (:func:`save` then saves it).
 
     ``steps`` overrides the recipe's number of steps. The run is seeded (tokenizer, batches,
     initial weights, dropout), so it repeats exactly on the same machine.
@@ -179,9 +236,28 @@ def train(
     config = plan.train_config(steps)
     history = training.fit(model, batches, objectives.seq2seq_loss(pad_id=PAD_ID, smoothing=config.smoothing), config,
                            val_batches=lambda: val, device=device, progress=progress)
-    checkpoints.save_model(Path(path) if path is not None else checkpoint_path(corpus=corpus), model,
-                        tokenizer=tokenizer, metadata=_metadata(corpus, history))
     return TrainedTranslator(model.eval(), tokenizer, history, split, plan)
+
+
+def save(model: Transformer, tokenizer: SubwordTokenizer, metadata: dict[str, Any], *, corpus: str,
+         path: str | Path | None = None) -> Path:
+    """Save a translator trained on ``corpus`` with its tokenizer to ``path`` (default
+    :func:`checkpoint_path` of the corpus) for :func:`load_or_train`: with the corpus, which
+    :func:`load_or_train` checks, then ``metadata`` (a :class:`TrainedTranslator`'s summary, or
+    what chapter 7 measured). Returns the path.
+
+    Raises:
+        ValueError: an unknown corpus, ``metadata`` that names another corpus, or a model that is
+            not an encoder-decoder :class:`~transformer_book.models.transformer.Transformer`.
+    """
+    _check_corpus(corpus, "save")
+    if not isinstance(model, Transformer):
+        raise ValueError(f"save: model must be a models.Transformer, got {type(model).__name__}")
+    if metadata.get("corpus", corpus) != corpus:
+        raise ValueError(f"save: metadata names corpus={metadata['corpus']!r}, the translator is saved as "
+                         f"corpus={corpus!r}")
+    return checkpoints.save_model(Path(path) if path is not None else checkpoint_path(corpus=corpus), model,
+                                  tokenizer=tokenizer, metadata=_metadata(corpus, metadata))
 
 
 def load_or_train(
@@ -194,7 +270,7 @@ def load_or_train(
 ) -> tuple[nn.Module, SubwordTokenizer, dict[str, Any]]:
     """Chapter 7's translator for ``corpus``: loaded from ``path`` (default
     :func:`checkpoint_path`) when the file exists, otherwise trained with :func:`train` (for
-    ``steps`` steps, default the recipe's) and saved there
+    ``steps`` steps, default the recipe's) and saved there with :func:`save`
     (:func:`~transformer_book.recipes.load_or_train`).
 
     Returns ``(model in eval mode, tokenizer, metadata)``; ``metadata["source"]`` says
@@ -210,8 +286,9 @@ def load_or_train(
     device = torch.device(device) if device is not None else runtime.select_device()
 
     def trained() -> tuple[nn.Module, SubwordTokenizer, dict[str, Any]]:
-        run = train(corpus, steps=steps, device=device, path=path, progress=progress)
-        return run.model, run.tokenizer, _metadata(corpus, run.history)
+        run = train(corpus, steps=steps, device=device, progress=progress)
+        save(run.model, run.tokenizer, run.summary, corpus=corpus, path=path)
+        return run.model, run.tokenizer, _metadata(corpus, run.summary)
 
     return loading.load_or_train(path, trained, model_class=Transformer, tokenizer_class=SubwordTokenizer,
                                  device=device, where="load_or_train", expect={"corpus": corpus},
@@ -287,10 +364,9 @@ def translate_with_attention(
                        weights[-1][1][0].mean(dim=0).cpu(), log_prob)
 
 
-def _metadata(corpus: str, history: training.History) -> dict[str, Any]:
-    # What a saved translator records of its training, and load_or_train returns.
-    return {"corpus": corpus, "steps": history.train_loss[-1][0], "val_loss": history.val_loss[-1][1],
-            "train_seconds": history.train_time_s[-1][1]}
+def _metadata(corpus: str, summary: dict[str, Any]) -> dict[str, Any]:
+    # What a saved translator records (save) and load_or_train returns: the corpus, then the summary.
+    return {"corpus": corpus, **summary}
 
 
 def _check_steps(steps: int | None, where: str) -> None:

@@ -96,7 +96,7 @@ class TorchTranslator(nn.Module):
     def __init__(self, ours: Transformer) -> None:
         super().__init__()
         c = ours.config
-        if not (c.share_embeddings and c.tie_output and c.scale_embeddings and c.positional == "sinusoidal"):
+        if not (c.share_embeddings and c.tie_output and c.scale_embeddings and c.position == "sinusoidal"):
             raise ValueError("TorchTranslator: needs shared, tied, scaled embeddings and sinusoidal positions")
         self.pad_id, self.scale = c.pad_id, math.sqrt(c.d_model)
         self.embedding = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)

@@ -1,5 +1,6 @@
 """Tests of transformer_book.models.bert, the BERT model and its pretraining loss (chapter 13)."""
 
+import math
 from typing import NamedTuple
 
 import pytest
@@ -7,10 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book import twins
+from transformer_book import checkpoints, twins
+from transformer_book.layers import LayerNorm
+from transformer_book.masks import padding_mask
 from transformer_book.models.bert import (
     BERT,
     IGNORE_INDEX,
+    POSITIONS,
     BERTConfig,
     bert_loss,
     evaluate_pretraining,
@@ -18,6 +22,8 @@ from transformer_book.models.bert import (
     parameter_count,
     pretraining_loss,
 )
+from transformer_book.models.transformer import Encoder
+from transformer_book.positional import ALiBi, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -66,12 +72,14 @@ def test_bert_base_and_large_match_the_published_sizes_without_allocating():
     assert meta_count(large) == parameter_count(large, heads=True)
 
 
-@pytest.mark.parametrize("changes", [dict(), dict(d_ff=40), dict(norm_first=True), dict(n_segments=3, max_len=7), dict(n_layers=5, d_model=24, n_heads=3)])
+@pytest.mark.parametrize("changes", [dict(), dict(d_ff=40), dict(norm_first=True), dict(n_segments=3, max_len=7),
+                                     dict(n_layers=5, d_model=24, n_heads=3)]
+                         + [dict(position=position) for position in POSITIONS])
 def test_the_formula_counts_every_weight_of_a_built_model(changes):
     config = BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2), **changes})
     model = BERT(config)
     by_part = {
-        "embeddings": [model.token_embedding, model.segment_embedding, model.position_embedding, model.embedding_norm],
+        "embeddings": [model.token_embedding, model.segment_embedding, model.positional, model.embedding_norm],
         "encoder": [model.encoder], "pooler": [model.pooler], "nsp_head": [model.nsp],
         "mlm_head": [model.mlm_transform, model.mlm_norm],
     }
@@ -107,9 +115,10 @@ def test_pre_ln_variant_is_pytorchs_pre_ln_encoder_with_a_final_norm():
 
 def test_embeddings_are_the_sum_of_token_segment_and_position_then_layernorm():
     model = small().double().eval()
+    assert isinstance(model.positional, LearnedPositionalEmbedding)      # BERT's own, the default
     tokens, segments = a_batch().tokens, a_batch().segments
     e = model.token_embedding.weight[tokens] + model.segment_embedding.weight[segments] \
-        + model.position_embedding.weight[: tokens.shape[1]]
+        + model.positional.embedding.weight[: tokens.shape[1]]
     expected = F.layer_norm(e, (16,), model.embedding_norm.gamma, model.embedding_norm.beta, eps=1e-12)
     torch.testing.assert_close(model.embed(tokens, segments), expected)
     other = segments.clone()
@@ -271,8 +280,9 @@ def test_bert_loss_for_fit_returns_the_total_and_logs_both_parts():
 def test_alibi_bert_counts_no_position_vectors():
     config = BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=4, n_layers=2, position="alibi")
     model = BERT(config)
-    assert model.position_embedding is None and "position_embedding.weight" not in model.state_dict()
-    assert "alibi.slopes" not in model.state_dict()                  # a constant, rebuilt from the config
+    assert isinstance(model.positional, ALiBi) and model.positional.bidirectional
+    assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
+    assert "positional.slopes" not in model.state_dict()              # a constant, rebuilt from the config
     learned = BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=4, n_layers=2)
     assert parameter_breakdown(learned)["embeddings"] - parameter_breakdown(config)["embeddings"] == 16 * 16
     assert sum(p.numel() for p in model.parameters()) == parameter_count(config, heads=True)
@@ -308,7 +318,8 @@ def test_alibi_bert_reads_a_reversed_sentence_reversed_and_learned_positions_do_
 def test_alibi_attention_prefers_near_keys_before_any_training():
     model = small(position="alibi", n_heads=2).eval()
     x = model.embed(torch.randint(5, V, (4, 16)))
-    _, weights = model.encoder.layers[0].self_attn(x, x, x, bias=model.alibi(16), need_weights=True)
+    _, weights = model.encoder.layers[0].self_attn(x, x, x, bias=model.positional.attention_bias(16, 16),
+                                                   need_weights=True)
     by_distance = torch.stack([weights.diagonal(offset=k, dim1=-2, dim2=-1).mean(dim=(0, 2)) for k in range(1, 12)],
                               dim=1)                             # (heads, distance 1..11)
     assert (by_distance[:, :-1] > by_distance[:, 1:]).all()    # every head: the nearer, the heavier
@@ -332,6 +343,102 @@ def test_pretraining_without_nsp_is_the_mlm_loss_alone():
         bert_loss(nsp=1)
 
 
-def test_position_must_be_known():
-    with pytest.raises(ValueError, match=r"position must be one of \('learned', 'alibi'\), got 'rotary'"):
-        BERTConfig(vocab_size=V, position="rotary")
+def test_position_names_an_encoding_bert_takes():
+    assert POSITIONS == ("learned", "sinusoidal", "alibi")
+    with pytest.raises(ValueError, match=r"^BERT: unknown position 'rope'; BERT takes 'learned', 'sinusoidal' or "
+                                         r"'alibi'$"):
+        BERT(BERTConfig(vocab_size=V, position="rope"))
+    with pytest.raises(ValueError, match=r"^BERT: position 'rotary' rotates the queries and keys, which BERT does "
+                                         r"not take; choose 'learned', 'sinusoidal' or 'alibi'$"):
+        BERT(BERTConfig(vocab_size=V, position="rotary"))
+
+
+def test_sinusoidal_bert_adds_the_fixed_table_and_learns_no_positions():
+    model = small(position="sinusoidal").double().eval()
+    assert isinstance(model.positional, SinusoidalPositionalEncoding)
+    assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
+    tokens, segments = a_batch().tokens, a_batch().segments
+    n = tokens.shape[1]
+    table = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0
+                           else math.cos(p / 10000 ** (2 * (j // 2) / 16)) for j in range(16)] for p in range(n)],
+                         dtype=torch.float64)
+    e = model.token_embedding.weight[tokens] + model.segment_embedding.weight[segments] + table
+    expected = F.layer_norm(e, (16,), model.embedding_norm.gamma, model.embedding_norm.beta, eps=1e-12)
+    torch.testing.assert_close(model.embed(tokens, segments), expected)
+
+
+# ---- the numbers of the model as it was built before position_encoding ---------------------------------
+
+class BERTBeforeTheFactory(BERT):
+    """BERT's construction and forward pass before the position encodings had one factory
+    (reproduced from the package's history): an ``nn.Embedding`` named ``position_embedding`` or
+    an :class:`ALiBi` named ``alibi``, each built in place."""
+
+    def __init__(self, config):
+        nn.Module.__init__(self)
+        self.config = c = config
+        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.segment_embedding = nn.Embedding(c.n_segments, c.d_model)
+        self.position_embedding = nn.Embedding(c.max_len, c.d_model) if c.position == "learned" else None
+        self.alibi = ALiBi(c.n_heads) if c.position == "alibi" else None
+        self.embedding_norm = LayerNorm(c.d_model, c.eps)
+        self.embedding_dropout = nn.Dropout(c.dropout)
+        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=c.norm_first,
+                               activation="gelu", eps=c.eps)
+        self.pooler = nn.Linear(c.d_model, c.d_model)
+        self.mlm_transform = nn.Linear(c.d_model, c.d_model)
+        self.mlm_norm = LayerNorm(c.d_model, c.eps)
+        self.mlm_bias = nn.Parameter(torch.zeros(c.vocab_size))
+        self.nsp = nn.Linear(c.d_model, 2)
+        self.reset_parameters()
+
+    def embed(self, tokens, segments=None):
+        segments = self._check(tokens, segments)
+        x = self.token_embedding(tokens) + self.segment_embedding(segments)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(torch.arange(tokens.shape[1], device=tokens.device))
+        return self.embedding_dropout(self.embedding_norm(x))
+
+    def encode(self, tokens, segments=None):
+        x = self.embed(tokens, segments)
+        bias = self.alibi(tokens.shape[1]) if self.alibi is not None else None
+        return self.encoder(x, padding_mask(tokens, self.config.pad_id), bias=bias)
+
+
+@pytest.mark.parametrize("changes", [dict(), dict(position="alibi", norm_first=True)])
+def test_a_seeded_bert_has_the_weights_and_outputs_it_had_before_the_factory(changes):
+    config = BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.1), **changes})
+    torch.manual_seed(0)
+    before = BERTBeforeTheFactory(config)
+    torch.manual_seed(0)
+    now = BERT(config)
+    old = {BERT.renamed_keys.get(k, k): v for k, v in before.state_dict().items()}
+    assert list(old) == list(now.state_dict())                        # the same parameters, in the same order
+    assert all(torch.equal(old[k], v) for k, v in now.state_dict().items())
+    batch = a_batch()
+    for train in (True, False):                                       # with dropout drawn from one seed, and without
+        outputs = []
+        for model in (before, now):
+            torch.manual_seed(1)
+            outputs.append(model.train(train)(batch.tokens, batch.segments))
+        assert all(torch.equal(a, b) for a, b in zip(*outputs, strict=True))
+
+
+def test_a_file_with_the_old_name_of_the_learned_table_loads(tmp_path):
+    torch.manual_seed(1)
+    before = BERTBeforeTheFactory(BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2))
+    old_state = before.state_dict()
+    assert "position_embedding.weight" in old_state
+    model = small()                                                   # seed 0: other weights
+    assert not torch.equal(model.positional.embedding.weight, old_state["position_embedding.weight"])
+    model.load_state_dict(old_state)                                  # strict: every key is taken
+    assert torch.equal(model.positional.embedding.weight, old_state["position_embedding.weight"])
+    assert all(torch.equal(model.state_dict()[BERT.renamed_keys.get(k, k)], v) for k, v in old_state.items())
+    # and through load_model, as a file that save_model wrote before the rename
+    path = checkpoints.save_model(tmp_path / "bert.pt", model)
+    saved = checkpoints.read_checkpoint(path)
+    saved["model"] = {("position_embedding.weight" if k == "positional.embedding.weight" else k): v
+                      for k, v in saved["model"].items()}
+    checkpoints.write_checkpoint(saved, path)
+    loaded, _, _ = checkpoints.load_model(path)
+    assert torch.equal(loaded.positional.embedding.weight, old_state["position_embedding.weight"])

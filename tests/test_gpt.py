@@ -5,8 +5,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from transformer_book.masks import causal_mask
 from transformer_book.models import GPT, GPTConfig
+from transformer_book.models.transformer import Encoder
+from transformer_book.positional import ALiBi, LearnedPositionalEmbedding, SinusoidalPositionalEncoding, alibi_slopes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -90,3 +94,104 @@ def test_bad_input_and_config():
         GPTConfig(vocab_size=10, n_layers=0)
     with pytest.raises(ValueError, match="dropout"):
         GPTConfig(vocab_size=10, dropout=1.0)
+
+
+# ---- positions ------------------------------------------------------------------------------------
+
+def test_positions_default_to_gpt2s_learned_table():
+    model = small()
+    assert model.config.position == "learned" and isinstance(model.positional, LearnedPositionalEmbedding)
+    assert model.positional.embedding.weight.shape == (16, 16) and "positional.embedding.weight" in model.state_dict()
+
+
+def test_sinusoidal_positions_add_the_fixed_table():
+    model = small(position="sinusoidal", dropout=0.0).double().eval()
+    assert isinstance(model.positional, SinusoidalPositionalEncoding)
+    assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
+    tokens = torch.randint(0, 11, (2, 6))
+    table = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0
+                           else math.cos(p / 10000 ** (2 * (j // 2) / 16)) for j in range(16)] for p in range(6)],
+                         dtype=torch.float64)
+    x = model.embedding.weight[tokens] + table
+    expected = model.output(model.blocks(x, model.causal[None, :6, :6]))
+    torch.testing.assert_close(model(tokens), expected)
+
+
+def test_alibi_positions_bias_every_layers_scores_causally():
+    model = small(position="alibi", dropout=0.0).double().eval()
+    assert isinstance(model.positional, ALiBi) and not model.positional.bidirectional
+    assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
+    n = 7
+    tokens = torch.randint(0, 11, (2, n))
+    slopes = torch.tensor([2.0 ** -4, 2.0 ** -8], dtype=torch.float64)      # 2 heads: 2^(-8k/2)
+    assert torch.equal(alibi_slopes(2), slopes)
+    distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).clamp_min(0).double()   # i - j for j <= i
+    bias = -slopes[:, None, None] * distance                                # (h, n, n)
+    x = model.embedding.weight[tokens]                                      # no position vector
+    expected = model.output(model.blocks(x, model.causal[None, :n, :n], bias=bias))
+    torch.testing.assert_close(model(tokens), expected)
+    logits, weights = model.attention_weights(tokens)
+    torch.testing.assert_close(logits, expected)
+    assert all(torch.all(w[..., causal_mask(n)] == 0) for w in weights)
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "alibi"])
+def test_cached_decoding_equals_the_full_pass_for_every_position(position):
+    model = small(position=position, dropout=0.0).eval()
+    tokens = torch.randint(0, 11, (2, 12))
+    with torch.no_grad():
+        full = model(tokens)
+        logits, caches = model.decode_step(tokens[:, :5])
+        steps = [logits]
+        for t in range(5, 12):
+            logits, caches = model.decode_step(tokens[:, t:t + 1], caches)
+            steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_and_unknown_positions_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"^GPT: position 'rotary' rotates the queries and keys, which GPT does not "
+                                         r"take; choose 'learned', 'sinusoidal' or 'alibi'$"):
+        small(position="rotary")
+    with pytest.raises(ValueError, match=r"^GPT: unknown position 'rope'; GPT takes 'learned', 'sinusoidal' or "
+                                         r"'alibi'$"):
+        small(position="rope")
+
+
+class GPTBeforeTheFactory(GPT):
+    """GPT's construction and forward pass before the position encodings had one factory
+    (reproduced from the package's history): a :class:`LearnedPositionalEmbedding` built in place
+    with the model's dropout inside it."""
+
+    def __init__(self, config):
+        nn.Module.__init__(self)
+        self.config = c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.positional = LearnedPositionalEmbedding(c.context, c.d_model, c.dropout)
+        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=True,
+                              activation=c.activation)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_output:
+            self.output.weight = self.embedding.weight
+        self.register_buffer("causal", causal_mask(c.context), persistent=False)
+        self.reset_parameters()
+
+    def forward(self, tokens):
+        return self.output(self.blocks(self.positional(self.embedding(tokens), 0), causal=True))
+
+
+def test_a_seeded_gpt_has_the_weights_and_outputs_it_had_before_the_factory():
+    config = GPTConfig(vocab_size=11, context=16, d_model=16, n_heads=2, n_layers=2, dropout=0.1)
+    torch.manual_seed(0)
+    before = GPTBeforeTheFactory(config)
+    torch.manual_seed(0)
+    now = GPT(config)
+    assert list(before.state_dict()) == list(now.state_dict())           # the same keys, in the same order
+    assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), now.state_dict().values()))
+    tokens = torch.randint(0, 11, (3, 10), generator=torch.Generator().manual_seed(2))
+    for train in (True, False):                                          # dropout drawn from one seed, and none
+        outputs = []
+        for model in (before, now):
+            torch.manual_seed(1)
+            outputs.append(model.train(train)(tokens))
+        assert torch.equal(*outputs)

@@ -3,10 +3,14 @@ output has the documented shape; two builds from one seed are identical and an e
 answers the same twice; a saved model loads with the same outputs; a decoder's output at a
 position does not depend on later tokens; padding the input does not change the outputs at the
 real positions; and where a model generates with a cache, the cached steps equal one full pass.
-A new model joins by adding a :class:`Spec` (and the registry test fails until it does)."""
+A new model joins by adding a :class:`Spec` (and the registry test fails until it does). A model
+that names its positions (``position=``) passes the suite with every encoding it takes, as
+``"<model>/<position>"`` (and a test fails until every one is there)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +23,7 @@ from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig, Transforme
 from transformer_book.models.elmo import BiLM, BiLMConfig
 from transformer_book.models.modern import ModernGPT, ModernGPTConfig
 from transformer_book.models.rnn import RNNSeq2Seq, RNNSeq2SeqConfig
+from transformer_book.positional import POSITIONS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -64,16 +69,32 @@ def _seq2seq_cached(model: nn.Module, src: torch.Tensor, tgt_in: torch.Tensor) -
     return model.output(torch.cat(steps, dim=1))
 
 
+def _gpt(**changes) -> GPT:
+    return GPT(GPTConfig(V, context=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0, **changes))
+
+
+def _modern(**changes) -> ModernGPT:
+    return ModernGPT(ModernGPTConfig(V, context=16, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, **changes))
+
+
+def _transformer(**changes) -> Transformer:
+    return Transformer(TransformerConfig(V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2,
+                                         dropout=0.0, max_len=16, **changes))
+
+
+def _bert(**changes) -> BERT:
+    return BERT(BERTConfig(V, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0, **changes))
+
+
 SPECS: dict[str, Spec] = {
     "GPT": Spec(
-        build=lambda: GPT(GPTConfig(V, context=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0)),
+        build=_gpt,
         inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m(x), shape=(2, 9, V), causal_input=0, cached=_lm_cached),
     "ModernGPT": Spec(
-        build=lambda: ModernGPT(ModernGPTConfig(V, context=16, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2)),
+        build=_modern,
         inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m(x), shape=(2, 9, V), causal_input=0, cached=_lm_cached),
     "Transformer": Spec(
-        build=lambda: Transformer(TransformerConfig(V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                                    n_decoder_layers=2, dropout=0.0, max_len=16)),
+        build=_transformer,
         inputs=lambda: (_tokens(2, 7, seed=1), _tokens(2, 8, seed=2)), run=lambda m, s, t: m(s, t),
         shape=(2, 8, V), causal_input=1, padded_input=0, cached=_seq2seq_cached),
     "RNNSeq2Seq": Spec(
@@ -81,13 +102,21 @@ SPECS: dict[str, Spec] = {
         inputs=lambda: (_tokens(2, 7, seed=1), _tokens(2, 8, seed=2)), run=lambda m, s, t: m(s, t),
         shape=(2, 8, V), causal_input=1, padded_input=0, cached=_seq2seq_cached),
     "BERT": Spec(
-        build=lambda: BERT(BERTConfig(V, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0)),
+        build=_bert,
         inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m(x).mlm_logits, shape=(2, 9, V), padded_input=0),
     "BiLM": Spec(
         build=lambda: BiLM(BiLMConfig(vocab_size=V, d_embed=8, d_hidden=8, n_layers=1, cutoffs=(), dropout=0.0)),
         inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m.log_probs(x), shape=(2, 8, V),
         causal_input=0, changed_at=-2),      # the forward LM: entry t is token t + 1's distribution given 0..t
 }
+
+OTHER_POSITIONS = {"GPT": ("sinusoidal", "alibi"), "BERT": ("sinusoidal", "alibi"), "Transformer": ("learned",),
+                   "ModernGPT": ("learned", "sinusoidal")}
+"""The encodings each model takes besides its default one: each passes the suite too."""
+
+SPECS.update({f"{name}/{position}": dataclasses.replace(SPECS[name], build=functools.partial(SPECS[name].build,
+                                                                                             position=position))
+              for name, positions in OTHER_POSITIONS.items() for position in positions})
 
 
 def _built(name: str, seed: int = 0) -> nn.Module:
@@ -101,7 +130,19 @@ def _output(name: str, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> to
 
 
 def test_every_savable_model_is_in_the_suite() -> None:
-    assert set(SPECS) == set(checkpoints.SAVABLE_MODELS)
+    assert {name.split("/")[0] for name in SPECS} == set(checkpoints.SAVABLE_MODELS)
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_POSITIONS))
+def test_every_position_a_model_takes_is_in_the_suite(name: str) -> None:
+    default = SPECS[name].build().config.position
+    for position in POSITIONS:
+        try:
+            SPECS[name].build(position=position)
+        except ValueError as err:                      # refused by the factory, naming the position
+            assert str(err).startswith(f"{name}: position {position!r}") and "does not take" in str(err)
+            continue
+        assert position == default or f"{name}/{position}" in SPECS, f"{name} takes {position!r}: add it to the suite"
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))

@@ -16,7 +16,7 @@ from transformer_book.grouped_attention import kv_cache_bytes
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.models.modern import ModernGPT, ModernGPTConfig
 from transformer_book.modern_layers import ModernBlock, RMSNorm, SwiGLU, rms_norm, swiglu_width
-from transformer_book.positional import RotaryEmbedding
+from transformer_book.positional import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -156,7 +156,8 @@ def test_shapes_tied_output_and_no_position_table():
     assert model(torch.randint(0, 11, (3, 7))).shape == (3, 7, 11)
     assert model.output.weight is model.embedding.weight
     assert not any(isinstance(m, nn.Embedding) for m in model.modules() if m is not model.embedding)
-    assert all(block.self_attn.rotary is model.rotary for block in model.blocks)
+    assert model.config.position == "rotary" and isinstance(model.positional, RotaryEmbedding)
+    assert all(block.self_attn.rotary is model.positional for block in model.blocks)
     assert not any("bias" in name for name, _ in model.named_parameters())
     assert "n_kv_heads=2" in repr(model) and "d_ff=48" in repr(model)
 
@@ -285,8 +286,9 @@ def test_bad_config_and_input_raise_clear_errors():
         ModernGPTConfig(vocab_size=10, n_kv_heads=3)
     with pytest.raises(ValueError, match="d_model=130 is not divisible by n_heads=4"):
         ModernGPTConfig(vocab_size=10, d_model=130)
-    with pytest.raises(ValueError, match="d_k = d_model / n_heads = 3 must be even"):
-        ModernGPTConfig(vocab_size=10, d_model=12, n_heads=4)
+    with pytest.raises(ValueError, match=r"^ModernGPT: position 'rotary' does not fit d_model=12, n_heads=4, "
+                                         r"max_len=256: RotaryEmbedding: d_head must be an even int >= 2, got 3$"):
+        ModernGPT(ModernGPTConfig(vocab_size=10, d_model=12, n_heads=4))     # rotations turn pairs of features
     with pytest.raises(ValueError, match="n_layers must be a positive int"):
         ModernGPTConfig(vocab_size=10, n_layers=0)
     with pytest.raises(ValueError, match="d_ff must be a positive int or None"):
@@ -318,3 +320,76 @@ def test_bad_config_and_input_raise_clear_errors():
         model.decode_step(torch.zeros(1, 1, dtype=torch.long), caches[:1])
     with pytest.raises(ValueError, match="caches must be the list of 2 KVCaches"):
         model.decode_step(torch.zeros(1, 1, dtype=torch.long), [caches[0], KVCache()])
+
+
+# ------------------------------------------------------------------------------------ positions
+
+
+@pytest.mark.parametrize("position, kind", [("learned", LearnedPositionalEmbedding),
+                                            ("sinusoidal", SinusoidalPositionalEncoding)])
+def test_a_table_added_to_the_embeddings_instead_of_rotations(position, kind):
+    model = small(position=position).double().eval()
+    assert isinstance(model.positional, kind) and model.positional.rotary is None
+    assert all(block.self_attn.rotary is None for block in model.blocks)
+    tokens = torch.randint(0, 11, (2, 9))
+    table = model.positional.pe[:9] if position == "sinusoidal" else model.positional.embedding.weight[:9]
+    x = model.embedding.weight[tokens] + table
+    for block in model.blocks:
+        x = block(x, causal=True)
+    torch.testing.assert_close(model(tokens), model.output(model.norm(x)))
+    with torch.no_grad():                                           # the cache's positions continue the table's
+        logits, caches = model.decode_step(tokens[:, :4])
+        steps = [logits] + [model.decode_step(tokens[:, t:t + 1], caches)[0] for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(tokens))
+    odd = ModernGPT(ModernGPTConfig(vocab_size=11, d_model=12, n_heads=4, position=position))   # d_k = 3: no pairs needed
+    assert odd(torch.randint(0, 11, (1, 5))).shape == (1, 5, 11)
+
+
+def test_positions_the_grouped_attention_cannot_take_are_refused():
+    with pytest.raises(ValueError, match=r"^ModernGPT: position 'alibi' adds a bias to the attention scores, which "
+                                         r"ModernGPT does not take; choose 'learned', 'sinusoidal' or 'rotary'$"):
+        small(position="alibi")
+    with pytest.raises(ValueError, match=r"^ModernGPT: unknown position 'rope'; ModernGPT takes 'learned', "
+                                         r"'sinusoidal' or 'rotary'$"):
+        small(position="rope")
+
+
+class ModernGPTBeforeTheFactory(ModernGPT):
+    """ModernGPT's construction and embedding before the position encodings had one factory
+    (reproduced from the package's history): one :class:`RotaryEmbedding` named ``rotary``."""
+
+    def __init__(self, config):
+        nn.Module.__init__(self)
+        self.config = c = config
+        self.embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        self.rotary = RotaryEmbedding(c.d_k, c.rope_base)
+        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, self.rotary, c.dropout,
+                                                eps=c.norm_eps) for _ in range(c.n_layers))
+        self.norm = RMSNorm(c.d_model, c.norm_eps)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_output:
+            self.output.weight = self.embedding.weight
+        self.reset_parameters()
+
+    def _embed(self, tokens, offset):
+        return self.dropout(self.embedding(tokens))
+
+
+def test_a_seeded_modern_gpt_has_the_weights_and_outputs_it_had_before_the_factory():
+    config = ModernGPTConfig(vocab_size=11, context=16, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, dropout=0.1,
+                             rope_base=500.0)
+    torch.manual_seed(0)
+    before = ModernGPTBeforeTheFactory(config)
+    torch.manual_seed(0)
+    now = ModernGPT(config)
+    assert list(before.state_dict()) == list(now.state_dict())           # the same keys, in the same order
+    assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), now.state_dict().values()))
+    assert torch.equal(before.rotary.inv_freq, now.positional.inv_freq)  # the base reaches the rotations
+    tokens = torch.randint(0, 11, (3, 10), generator=torch.Generator().manual_seed(2))
+    for train in (True, False):                                          # dropout drawn from one seed, and none
+        outputs = []
+        for model in (before, now):
+            torch.manual_seed(1)
+            outputs.append(model.train(train)(tokens))
+        assert torch.equal(*outputs)

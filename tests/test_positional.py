@@ -13,15 +13,22 @@ import numpy as np
 import pytest
 import torch
 from scipy.special import erf
+from torch import nn
 
 from transformer_book.attention import scaled_dot_product_attention
 from transformer_book.positional import (
+    POSITIONS,
+    WAYS,
+    ALiBi,
     LearnableFourierFeatures,
     LearnedPositionalEmbedding,
+    PositionEncoding,
     RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
     offset_matrix,
+    position_encoding,
+    position_names,
     relative_position_bucket,
     sinusoidal_encoding,
 )
@@ -626,3 +633,110 @@ def test_alibi_errors():
         ALiBi(2)(3, 2)
     with pytest.raises(ValueError, match="n must be an int >= 1"):
         ALiBi(2)(0)
+
+
+# --------------------------------------------------------------------------- one factory for the models
+
+
+def test_the_factory_knows_four_encodings_in_three_ways():
+    assert POSITIONS == ("learned", "sinusoidal", "alibi", "rotary")
+    assert set(WAYS) == {"embedding", "bias", "rotation"}
+    assert position_names(("embedding",)) == ("learned", "sinusoidal")
+    assert position_names(("bias", "rotation")) == ("alibi", "rotary")
+    assert position_names() == POSITIONS
+    for ways in ((), "embedding", ("embedding", "table")):
+        with pytest.raises(ValueError, match="ways must be a non-empty collection of 'embedding', 'bias' or 'rotation'"):
+            position_names(ways)
+
+
+def test_the_factory_builds_each_encoding_for_the_models_sizes():
+    sizes = dict(d_model=12, n_heads=3, max_len=10)
+    learned = position_encoding("learned", **sizes)
+    assert type(learned) is LearnedPositionalEmbedding and learned.embedding.weight.shape == (10, 12)
+    sinusoidal = position_encoding("sinusoidal", **sizes, base=100.0)
+    assert type(sinusoidal) is SinusoidalPositionalEncoding and sinusoidal.pe.shape == (10, 12)
+    assert sinusoidal.pe[3, 2].item() == pytest.approx(_pe_math(3, 2, 12, base=100.0), abs=1e-7)
+    encoder, decoder = position_encoding("alibi", **sizes), position_encoding("alibi", **sizes, causal=True)
+    assert type(encoder) is ALiBi and encoder.n_heads == 3 and encoder.bidirectional and not decoder.bidirectional
+    rotary = position_encoding("rotary", **sizes, base=500.0)
+    assert type(rotary) is RotaryEmbedding and rotary.d_head == 4 and rotary.base == 500.0
+    assert all(isinstance(e, PositionEncoding) for e in (learned, sinusoidal, encoder, rotary))
+    for encoding in (learned, sinusoidal):                               # no dropout inside: the model drops out
+        assert encoding.dropout.p == 0.0
+
+
+def test_each_encoding_answers_for_the_three_ways():
+    x = torch.randn(2, 5, 8, generator=_gen(1))
+    for name in POSITIONS:
+        encoding = position_encoding(name, d_model=8, n_heads=2, max_len=16).eval()
+        added, bias, rotary = encoding.add(x, 3), encoding.attention_bias(5, 9), encoding.rotary
+        if name in ("learned", "sinusoidal"):                             # added to the embeddings
+            table = encoding.embedding.weight if name == "learned" else encoding.pe
+            torch.testing.assert_close(added, x + table[3:8], rtol=0, atol=0)
+            torch.testing.assert_close(encoding(x, 3), added, rtol=0, atol=0)   # forward = dropout(add)
+            assert bias is None and rotary is None
+        elif name == "alibi":                                             # a bias on the scores
+            slopes = torch.tensor([2.0 ** -4, 2.0 ** -8])
+            distance = (torch.arange(4, 9)[:, None] - torch.arange(9)[None, :]).abs().float()  # queries 4..8
+            torch.testing.assert_close(bias, -slopes[:, None, None] * distance, rtol=0, atol=0)
+            assert added is x and rotary is None
+        else:                                                             # rotations of q and k
+            assert rotary is encoding and rotary.d_head == 4
+            assert added is x and bias is None
+
+
+def test_initialise_false_leaves_the_table_as_nn_embedding_draws_it():
+    torch.manual_seed(0)
+    table = position_encoding("learned", d_model=8, n_heads=2, max_len=6, initialise=False).embedding.weight
+    after = torch.rand(3)
+    torch.manual_seed(0)
+    reference = nn.Embedding(6, 8).weight                                # one draw from N(0, 1), nothing more
+    assert torch.equal(table, reference) and torch.equal(after, torch.rand(3))
+    torch.manual_seed(0)
+    drawn = position_encoding("learned", d_model=8, n_heads=2, max_len=6).embedding.weight
+    torch.manual_seed(0)
+    assert torch.equal(drawn, LearnedPositionalEmbedding(6, 8).embedding.weight)   # N(0, 0.02^2) redrawn
+    with pytest.raises(ValueError, match="initialise must be a bool"):
+        LearnedPositionalEmbedding(6, 8, initialise=1)
+
+
+def test_the_factory_refuses_names_and_sizes_clearly():
+    sizes = dict(d_model=8, n_heads=2, max_len=16)
+    with pytest.raises(ValueError, match=r"^position_encoding: unknown position 'rope'; position_encoding takes "
+                                         r"'learned', 'sinusoidal', 'alibi' or 'rotary'$"):
+        position_encoding("rope", **sizes)
+    with pytest.raises(ValueError, match=r"^M: unknown position None; M takes 'learned' or 'sinusoidal'$"):
+        position_encoding(None, **sizes, ways=("embedding",), where="M")
+    with pytest.raises(ValueError, match=r"^M: position 'alibi' adds a bias to the attention scores, which M does "
+                                         r"not take; choose 'learned', 'sinusoidal' or 'rotary'$"):
+        position_encoding("alibi", **sizes, ways=("embedding", "rotation"), where="M")
+    with pytest.raises(ValueError, match=r"^M: position 'learned' adds a vector to each embedding, which M does not "
+                                         r"take; choose 'alibi'$"):
+        position_encoding("learned", **sizes, ways=("bias",), where="M")
+    with pytest.raises(ValueError, match=r"^M: position 'sinusoidal' does not fit d_model=7, n_heads=1, max_len=16: "
+                                         r"SinusoidalPositionalEncoding: d_model must be an even int >= 2, got 7$"):
+        position_encoding("sinusoidal", d_model=7, n_heads=1, max_len=16, where="M")
+    with pytest.raises(ValueError, match="M: max_len must be an int >= 1, got 0"):
+        position_encoding("learned", d_model=8, n_heads=2, max_len=0, where="M")
+    with pytest.raises(ValueError, match="M: causal must be a bool, got 1"):
+        position_encoding("alibi", **sizes, causal=1, where="M")
+    with pytest.raises(ValueError, match="M: ways must be a non-empty collection"):
+        position_encoding("alibi", **sizes, ways=("scores",), where="M")
+
+
+def test_an_encoding_added_to_the_registry_reaches_every_model(monkeypatch):
+    """Adding an encoding is one entry in positional.py: no model names the encodings it takes."""
+    from transformer_book import positional
+    from transformer_book.models import GPT, BERTConfig, GPTConfig
+    from transformer_book.models.bert import BERT
+
+    class Doubled(positional.PositionEncoding):
+        def add(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+            return 2 * x
+
+    monkeypatch.setitem(positional._ENCODINGS, "doubled", ("embedding", lambda sizes: Doubled()))
+    gpt = GPT(GPTConfig(vocab_size=11, context=8, d_model=8, n_heads=2, n_layers=1, position="doubled")).eval()
+    bert = BERT(BERTConfig(vocab_size=11, max_len=8, d_model=8, n_heads=2, n_layers=1, position="doubled")).eval()
+    assert isinstance(gpt.positional, Doubled) and isinstance(bert.positional, Doubled)
+    tokens = torch.randint(0, 11, (2, 5))
+    torch.testing.assert_close(gpt._embed(tokens, 0), 2 * gpt.embedding(tokens))

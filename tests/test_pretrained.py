@@ -47,6 +47,8 @@ def test_random_bert_matches_transformers_to_1e5():
     theirs = hf_bert()
     ours = load_hf_bert(theirs, bert_config_from_hf(theirs.config)).eval()
     assert ours.missing_from_checkpoint == []
+    assert ours.config.position == "learned"                       # BERT's table, under the book's name for it
+    assert torch.equal(ours.positional.embedding.weight, theirs.bert.embeddings.position_embeddings.weight)
     tokens, segments = batch()
     with torch.no_grad():
         expected = theirs(input_ids=tokens, token_type_ids=segments, attention_mask=(tokens != 0).long(),

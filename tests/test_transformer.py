@@ -8,6 +8,7 @@ memorise a reversal task, end to end.
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -15,9 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_book import twins
+from transformer_book import checkpoints, twins
 from transformer_book.masks import causal_mask, combine_masks
 from transformer_book.models import Decoder, Encoder, Transformer, TransformerConfig, shift_right
+from transformer_book.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 F64 = torch.float64
 PAD, SOS, EOS = 0, 1, 2
@@ -339,7 +341,6 @@ def test_error_float_tokens():
     "overrides,pattern",
     [
         (dict(d_model=10, n_heads=3), r"(?=.*\b10\b)(?=.*\b3\b).*divisible"),
-        (dict(positional="rotary"), r"positional.*'rotary'"),
         (dict(pad_id=11), r"pad_id=11"),
         (dict(pad_id=-1), r"pad_id=-1"),
         (dict(dropout=1.0), r"dropout"),
@@ -356,12 +357,12 @@ def test_error_bad_config(overrides, pattern):
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
-def test_positional_tables_move_with_the_model(positional):
-    model = Transformer(_config(positional=positional))
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_positional_tables_move_with_the_model(position):
+    model = Transformer(_config(position=position))
     parameters = {n for n, _ in model.named_parameters()}
     buffers = dict(model.named_buffers())
-    if positional == "sinusoidal":
+    if position == "sinusoidal":
         assert set(buffers) == {"src_positional.pe", "tgt_positional.pe"}
         assert not any("positional" in n for n in parameters)
         assert buffers["src_positional.pe"].dtype == torch.float32
@@ -414,6 +415,87 @@ def test_tiny_transformer_learns_to_reverse():
     with torch.no_grad():
         predicted = model(src, tgt_in).argmax(-1)
     assert torch.equal(predicted, targets)
+
+
+# --------------------------------------------------------------------------------------
+# Positions by name
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position, expected", [("alibi", "adds a bias to the attention scores"),
+                                                ("rotary", "rotates the queries and keys")])
+def test_positions_in_the_attention_are_refused(position, expected):
+    with pytest.raises(ValueError, match=rf"^Transformer: position '{position}' {expected}, which Transformer does "
+                                         r"not take; choose 'learned' or 'sinusoidal'$"):
+        Transformer(_config(position=position))
+    with pytest.raises(ValueError, match=r"^Transformer: unknown position 'rope'; Transformer takes 'learned' or "
+                                         r"'sinusoidal'$"):
+        Transformer(_config(position="rope"))
+
+
+class TransformerBeforeTheFactory(Transformer):
+    """The Transformer's construction and embedding before the position encodings had one
+    factory (reproduced from the package's history): the two position modules built in place,
+    each with the model's dropout inside it."""
+
+    def __init__(self, config):
+        nn.Module.__init__(self)
+        self.config = c = config
+        self.src_embedding = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.tgt_embedding = (self.src_embedding if c.share_embeddings
+                              else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id))
+        for embedding in dict.fromkeys([self.src_embedding, self.tgt_embedding]):
+            nn.init.normal_(embedding.weight, std=c.d_model**-0.5)
+            with torch.no_grad():
+                embedding.weight[c.pad_id].zero_()
+        if c.position == "sinusoidal":
+            self.src_positional = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
+            self.tgt_positional = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
+        else:
+            self.src_positional = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
+            self.tgt_positional = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
+        layer_args = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout)
+        options = dict(norm_first=c.norm_first, activation=c.activation, eps=c.eps, final_norm=c.final_norm)
+        self.encoder = Encoder(c.n_encoder_layers, **layer_args, **options)
+        self.decoder = Decoder(c.n_decoder_layers, **layer_args, **options)
+        self.output = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        if c.tie_output:
+            self.output.weight = self.tgt_embedding.weight
+
+    def _embed(self, tokens, embedding, positional, name, offset=0):
+        return positional(embedding(tokens) * math.sqrt(self.config.d_model), offset)
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_a_seeded_transformer_has_the_weights_and_outputs_it_had_before_the_factory(position):
+    config = _config(position=position, dropout=0.1)
+    torch.manual_seed(0)
+    before = TransformerBeforeTheFactory(config)
+    torch.manual_seed(0)
+    now = Transformer(config)
+    assert list(before.state_dict()) == list(now.state_dict())           # the same keys, in the same order
+    assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), now.state_dict().values()))
+    g = torch.Generator().manual_seed(3)
+    src, tgt_in = torch.randint(1, 11, (3, 9), generator=g), torch.randint(1, 11, (3, 7), generator=g)
+    for train in (True, False):                                          # dropout drawn from one seed, and none
+        outputs = []
+        for model in (before, now):
+            torch.manual_seed(1)
+            outputs.append(model.train(train)(src, tgt_in))
+        assert torch.equal(*outputs)
+
+
+def test_a_file_that_names_the_field_positional_loads(tmp_path):
+    model = _model(position="learned").float()
+    path = checkpoints.save_model(tmp_path / "translator.pt", model)
+    saved = checkpoints.read_checkpoint(path)
+    config = saved["config"]
+    saved["config"] = {("positional" if k == "position" else k): v for k, v in config.items()}
+    checkpoints.write_checkpoint(saved, path)                            # as written before the rename
+    loaded, _, _ = checkpoints.load_model(path)
+    assert loaded.config == model.config and loaded.config.position == "learned"
+    src, tgt_in = torch.randint(1, 11, (2, 5)), torch.randint(1, 11, (2, 4))
+    torch.testing.assert_close(loaded(src, tgt_in), model.eval()(src, tgt_in), rtol=0, atol=0)
 
 
 def test_seeded_initialisation_is_repeatable_across_processes() -> None:

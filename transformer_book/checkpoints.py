@@ -9,7 +9,11 @@ so that a truncated or damaged file is refused before anything is loaded from it
 checkpoints and :func:`save_model`'s models are both such files.
 
 :func:`save_model` stores a model's class name, its config (a dataclass), its weights and its
-tokenizer; :func:`load_model` looks the class up in :data:`SAVABLE_MODELS` and rebuilds it.
+tokenizer; :func:`load_model` looks the class up in :data:`SAVABLE_MODELS` and rebuilds it. Files
+written before a rename still load: :data:`RENAMED_CONFIG_FIELDS` gives config fields their
+current names, and a model whose weights were renamed names the old keys in its
+``renamed_keys`` (``{old: new}``), which its ``load_state_dict`` and :func:`check_model_matches`
+read.
 The registry names modules rather than importing them, so this module sits below the models
 (nothing here imports a model until a file asks for one); :func:`register_model` adds a class of
 one's own.
@@ -36,6 +40,7 @@ from transformer_book.atomic import remove_stale, write_atomically
 __all__ = [
     "MODEL_FORMAT_VERSION",
     "SAVABLE_MODELS",
+    "RENAMED_CONFIG_FIELDS",
     "TOKENIZER_KINDS",
     "write_checkpoint",
     "read_checkpoint",
@@ -60,6 +65,11 @@ SAVABLE_MODELS: dict[str, tuple[str, str, str]] = {
 """Every model the book trains, by class name, with the module, the model class and the config
 class that rebuild it. Each is built as ``model_class(config_class(**config))`` and keeps its
 config as ``model.config``."""
+
+RENAMED_CONFIG_FIELDS: dict[str, dict[str, str]] = {
+    "Transformer": {"positional": "position"},
+}
+"""Config fields that older files name otherwise, by model class (``{old: new}``)."""
 
 TOKENIZER_KINDS: dict[str, tuple[str, str, str, str]] = {
     "sentencepiece": ("transformer_book.subword", "SubwordTokenizer", "to_bytes", ""),
@@ -150,8 +160,11 @@ def require_keys(state: dict[str, Any], types: dict[str, type | tuple[type, ...]
 
 def check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path: str, where: str) -> None:
     """The saved weights have exactly the model's keys and shapes; else a ValueError listing the
-    missing and unexpected keys and the shape mismatches (nothing is loaded)."""
+    missing and unexpected keys and the shape mismatches (nothing is loaded). Old keys that the
+    model's ``renamed_keys`` names count under their new names, as its ``load_state_dict`` reads them."""
     current = model.state_dict()
+    renamed = {old: new for old, new in getattr(model, "renamed_keys", {}).items() if new not in saved}
+    saved = {renamed.get(k, k): v for k, v in saved.items()}
     missing = sorted(set(current) - set(saved))
     unexpected = sorted(set(saved) - set(current))
     shapes = [f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(current[k].shape)}"
@@ -275,7 +288,8 @@ def load_model(path: str | os.PathLike[str], *, device: torch.device | str = "cp
                          "metadata": (dict, type(None))}, str(path), "load_model")
     model_class, config_class = _model_classes(saved["class"])
     try:
-        model = model_class(config_class(**saved["config"]))
+        renamed = RENAMED_CONFIG_FIELDS.get(saved["class"], {})
+        model = model_class(config_class(**{renamed.get(k, k): v for k, v in saved["config"].items()}))
         tokenizer = _rebuilt_tokenizer(saved["tokenizer"], saved.get("tokenizer_kind", "sentencepiece"))
     except (TypeError, ValueError, RuntimeError, KeyError) as err:
         raise ValueError(f"load_model: {path} holds a damaged config or tokenizer ({type(err).__name__}: {err})") from None

@@ -28,6 +28,14 @@ Word order must therefore be put in by hand. This module holds every encoding of
 * :class:`LearnableFourierFeatures` -- Li et al.'s (2021) learnable Fourier features
   :math:`[\cos(p W_r), \sin(p W_r)]/\sqrt{D}` followed by an MLP, for 1-D positions.
 
+Models choose among them by name. Positions enter a Transformer in one of three ways: added to
+the embeddings (learned, sinusoidal), as a bias on the attention scores (ALiBi), or as rotations
+of the queries and keys (rotary). Every encoding a model can name is a :class:`PositionEncoding`,
+which answers for all three (:meth:`~PositionEncoding.add`,
+:meth:`~PositionEncoding.attention_bias`, :attr:`~PositionEncoding.rotary`); one factory,
+:func:`position_encoding`, builds the encoding of each name in :data:`POSITIONS` for GPT, BERT, the
+Transformer and ModernGPT, and refuses the names a model cannot use.
+
 Conventions. Feature pairs are *interleaved*: pair :math:`i` is the features
 :math:`(2i, 2i+1)`, both for the sinusoidal table and for the rotary embedding. (Some
 libraries, e.g. GPT-NeoX and Hugging Face's Llama, pair feature :math:`i` with
@@ -47,12 +55,19 @@ Fourier Features for Multi-Dimensional Spatial Positional Encoding*.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection
 from numbers import Real
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 __all__ = [
+    "PositionEncoding",
+    "WAYS",
+    "POSITIONS",
+    "position_names",
+    "position_encoding",
     "sinusoidal_encoding",
     "offset_matrix",
     "SinusoidalPositionalEncoding",
@@ -64,6 +79,39 @@ __all__ = [
     "RotaryEmbedding",
     "LearnableFourierFeatures",
 ]
+
+
+# --------------------------------------------------------------------------- what a model asks
+
+
+class PositionEncoding(nn.Module):
+    r"""What a model asks of a position encoding, whichever way the positions enter.
+
+    * :meth:`add`: the embeddings with the positions added, :math:`x_{pos} + P_{pos}`
+      (:class:`LearnedPositionalEmbedding`, :class:`SinusoidalPositionalEncoding`);
+    * :meth:`attention_bias`: a bias :math:`B` on the scores,
+      :math:`A = \operatorname{softmax}(QK^\top/\sqrt{d_k} + B)` (:class:`ALiBi`);
+    * :attr:`rotary`: the rotation :math:`q_m \mapsto R_m q_m`, :math:`k_n \mapsto R_n k_n` of
+      the queries and keys (:class:`RotaryEmbedding`).
+
+    A model uses all three; each encoding overrides what it does, and the defaults here do
+    nothing: ``add`` returns ``x``, ``attention_bias`` and ``rotary`` are ``None``.
+    """
+
+    def add(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``x`` ``(..., n, d_model)``, whose first row stands at position ``offset``, with the
+        positions added; here ``x`` itself."""
+        return x
+
+    def attention_bias(self, n: int, m: int) -> torch.Tensor | None:
+        """The bias ``(n_heads, n, m)`` on the scores of ``n`` queries, the last ``n`` of ``m``
+        positions, against the ``m`` keys; here ``None``."""
+        return None
+
+    @property
+    def rotary(self) -> RotaryEmbedding | None:
+        """The rotation of the queries and keys; here ``None``."""
+        return None
 
 
 # --------------------------------------------------------------------------- sinusoidal
@@ -187,10 +235,13 @@ def offset_matrix(
     return m.to(device=device, dtype=dtype)
 
 
-class SinusoidalPositionalEncoding(nn.Module):
+class SinusoidalPositionalEncoding(PositionEncoding):
     r"""Add the sinusoidal table to a batch of embeddings, then apply dropout.
 
     .. math:: \text{output} = \operatorname{dropout}(X + PE_{0:n})
+
+    :meth:`add` is the sum alone, :math:`X + PE_{0:n}` (what a model that applies its own
+    dropout asks for).
 
     The table :math:`PE` of shape ``(max_len, d_model)`` (see :func:`sinusoidal_encoding`) is a
     registered, non-persistent buffer named ``pe``: it moves with ``.to(device)`` and
@@ -226,11 +277,15 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model, base), persistent=False)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Return ``dropout(x + pe[offset:offset + n])`` for ``x`` of shape ``(..., n, d_model)``
+    def add(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``x + pe[offset:offset + n]`` for ``x`` of shape ``(..., n, d_model)``
         (``offset``: the position of ``x``'s first row, when decoding one token at a time)."""
         n = _check_offset_input(x, offset, self.d_model, self.max_len, type(self).__name__)
-        return self.dropout(x + self.pe[offset:offset + n].to(x.dtype))
+        return x + self.pe[offset:offset + n].to(x.dtype)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``dropout(x + pe[offset:offset + n])`` (see :meth:`add`)."""
+        return self.dropout(self.add(x, offset))
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base:g}"
@@ -239,14 +294,15 @@ class SinusoidalPositionalEncoding(nn.Module):
 # --------------------------------------------------------------------------- learned
 
 
-class LearnedPositionalEmbedding(nn.Module):
+class LearnedPositionalEmbedding(PositionEncoding):
     r"""One learned vector per absolute position, added to the embeddings (BERT, GPT-2).
 
     .. math:: \text{output}_{pos} = \operatorname{dropout}(x_{pos} + P_{pos}),
         \qquad P \in \mathbb{R}^{\text{max\_len} \times d_{\text{model}}}
 
     ``P`` is the weight of the ``nn.Embedding`` named ``embedding``, initialised
-    :math:`\mathcal{N}(0, 0.02^2)` as in GPT-2 and BERT.
+    :math:`\mathcal{N}(0, 0.02^2)` as in GPT-2 and BERT. :meth:`add` is the sum alone,
+    :math:`x_{pos} + P_{pos}`.
 
     This encoding **cannot extrapolate at all**: there is no row for a position
     :math:`\ge` ``max_len``, so longer inputs raise ``ValueError``; and rows for positions
@@ -256,32 +312,43 @@ class LearnedPositionalEmbedding(nn.Module):
         max_len: number of positions (rows), an int :math:`\ge 1`.
         d_model: model width, an int :math:`\ge 1`.
         dropout: dropout probability applied to the sum, in :math:`[0, 1]`.
+        initialise: draw ``P`` from :math:`\mathcal{N}(0, 0.02^2)` (:meth:`reset_parameters`);
+            ``False`` keeps the :math:`\mathcal{N}(0, 1)` that ``nn.Embedding`` draws, for a model
+            whose own ``reset_parameters`` draws every weight afterwards (one draw fewer from the
+            random generator).
 
     Shape:
         input ``(..., n, d_model)`` with ``n <= max_len``; output the same shape.
     """
 
-    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0) -> None:
+    def __init__(self, max_len: int, d_model: int, dropout: float = 0.0, *, initialise: bool = True) -> None:
         super().__init__()
         where = type(self).__name__
         _check_int(max_len, "max_len", where, minimum=1)
         _check_int(d_model, "d_model", where, minimum=1)
         _check_dropout(dropout, where)
+        if not isinstance(initialise, bool):
+            raise ValueError(f"{where}: initialise must be a bool, got {initialise!r}")
         self.max_len = max_len
         self.d_model = d_model
         self.embedding = nn.Embedding(max_len, d_model)
         self.dropout = nn.Dropout(dropout)
-        self.reset_parameters()
+        if initialise:
+            self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Draw the table from :math:`\\mathcal{N}(0, 0.02^2)`."""
         nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Return ``dropout(x + P[offset:offset + n])`` for ``x`` of shape ``(..., n, d_model)``."""
+    def add(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``x + P[offset:offset + n]`` for ``x`` of shape ``(..., n, d_model)``."""
         n = _check_offset_input(x, offset, self.d_model, self.max_len, type(self).__name__)
         positions = torch.arange(offset, offset + n, device=x.device)
-        return self.dropout(x + self.embedding(positions))
+        return x + self.embedding(positions)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Return ``dropout(x + P[offset:offset + n])`` (see :meth:`add`)."""
+        return self.dropout(self.add(x, offset))
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"
@@ -462,7 +529,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float64)
 
 
-class ALiBi(nn.Module):
+class ALiBi(PositionEncoding):
     r"""Attention with linear biases (ALiBi): a fixed penalty proportional to the distance.
 
     .. math::
@@ -505,6 +572,10 @@ class ALiBi(nn.Module):
         distance = (query - key).abs() if self.bidirectional else (query - key).clamp_min(0)
         return self.slopes[:, None, None] * (-distance).to(self.slopes.dtype)
 
+    def attention_bias(self, n: int, m: int) -> torch.Tensor:
+        """The bias ``(n_heads, n, m)`` of :meth:`forward`."""
+        return self(n, m)
+
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, bidirectional={self.bidirectional}"
 
@@ -512,7 +583,7 @@ class ALiBi(nn.Module):
 # --------------------------------------------------------------------------- rotary
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(PositionEncoding):
     r"""Rotary position embedding (RoPE) of Su et al. (2021), RoFormer, section 3.4.
 
     Feature pair :math:`i` (features :math:`2i, 2i+1`, interleaved) of a vector at position
@@ -599,6 +670,11 @@ class RotaryEmbedding(nn.Module):
         even, odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
         return rotated.flatten(-2)  # interleave back: (..., n, d/2, 2) -> (..., n, d)
+
+    @property
+    def rotary(self) -> RotaryEmbedding:
+        """The rotation of the queries and keys, which is this module itself."""
+        return self
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, base={self.base:g}"
@@ -700,6 +776,119 @@ class LearnableFourierFeatures(nn.Module):
             f"d_model={self.d_model}, n_features={self.n_features}, hidden={self.hidden}, "
             f"gamma={self.gamma:g}, max_len={self.max_len}"
         )
+
+
+# --------------------------------------------------------------------------- one name per encoding
+
+
+WAYS: dict[str, str] = {
+    "embedding": "adds a vector to each embedding",
+    "bias": "adds a bias to the attention scores",
+    "rotation": "rotates the queries and keys",
+}
+"""The three ways positions enter a model, by name, with what an encoding of each way does."""
+
+
+class _Sizes(NamedTuple):
+    """What :func:`position_encoding` knows of the model, handed to each encoding's builder."""
+
+    d_model: int
+    n_heads: int
+    max_len: int
+    causal: bool
+    base: float
+    initialise: bool
+
+
+_ENCODINGS: dict[str, tuple[str, Callable[[_Sizes], PositionEncoding]]] = {
+    "learned": ("embedding", lambda s: LearnedPositionalEmbedding(s.max_len, s.d_model, initialise=s.initialise)),
+    "sinusoidal": ("embedding", lambda s: SinusoidalPositionalEncoding(s.d_model, s.max_len, base=s.base)),
+    "alibi": ("bias", lambda s: ALiBi(s.n_heads, bidirectional=not s.causal)),
+    "rotary": ("rotation", lambda s: RotaryEmbedding(s.d_model // s.n_heads, s.base)),
+}
+"""Every encoding a model can name: its way (a key of :data:`WAYS`) and how to build it. Adding
+an encoding is one entry here."""
+
+POSITIONS: tuple[str, ...] = tuple(_ENCODINGS)
+"""The names of the encodings a model can choose (``position=`` in the model configs)."""
+
+
+def position_names(ways: Collection[str] = tuple(WAYS)) -> tuple[str, ...]:
+    """The names in :data:`POSITIONS` of the encodings that enter by one of ``ways``."""
+    _check_ways(ways, "position_names")
+    return tuple(name for name, (way, _) in _ENCODINGS.items() if way in ways)
+
+
+def position_encoding(
+    name: str,
+    *,
+    d_model: int,
+    n_heads: int,
+    max_len: int,
+    causal: bool = False,
+    base: float = 10000.0,
+    initialise: bool = True,
+    ways: Collection[str] = tuple(WAYS),
+    where: str = "position_encoding",
+) -> PositionEncoding:
+    r"""The position encoding called ``name``, built for a model of these sizes.
+
+    * ``"learned"``: a :class:`LearnedPositionalEmbedding`, added to the embeddings;
+    * ``"sinusoidal"``: a :class:`SinusoidalPositionalEncoding`, added to the embeddings;
+    * ``"alibi"``: :class:`ALiBi`, a bias on the attention scores;
+    * ``"rotary"``: a :class:`RotaryEmbedding`, rotations of the queries and keys.
+
+    The result is a :class:`PositionEncoding`: a model calls its ``add``, ``attention_bias`` and
+    ``rotary`` and uses what it gets. The encodings built here apply no dropout; the model drops
+    out of the embeddings itself.
+
+    Args:
+        name: one of :data:`POSITIONS`.
+        d_model, n_heads: the model's width and heads (a rotation turns the ``d_model / n_heads``
+            features of each head).
+        max_len: the longest sequence (the rows of a table added to the embeddings).
+        causal: the queries see earlier keys only (a decoder): ALiBi then penalises the distance
+            one way.
+        base: the base of the frequencies of the sinusoidal table and of the rotations.
+        initialise: ``False`` leaves a learned table as ``nn.Embedding`` draws it, for a model
+            whose ``reset_parameters`` draws every weight afterwards (see
+            :class:`LearnedPositionalEmbedding`).
+        ways: the ways (keys of :data:`WAYS`) the model takes positions in; another way is refused.
+        where: the model's name, which begins every error message.
+
+    Raises:
+        ValueError: an unknown ``name`` or one whose way is not in ``ways`` (the message lists the
+            names the model takes), or sizes the encoding cannot be built for.
+    """
+    _check_ways(ways, where)
+    accepted = position_names(ways)
+    if not isinstance(name, str) or name not in _ENCODINGS:
+        raise ValueError(f"{where}: unknown position {name!r}; {where} takes {_listed(accepted)}")
+    way, build = _ENCODINGS[name]
+    if way not in ways:
+        raise ValueError(f"{where}: position {name!r} {WAYS[way]}, which {where} does not take; choose "
+                         f"{_listed(accepted)}")
+    for size, value in (("d_model", d_model), ("n_heads", n_heads), ("max_len", max_len)):
+        _check_int(value, size, where, minimum=1)
+    for flag, value in (("causal", causal), ("initialise", initialise)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: {flag} must be a bool, got {value!r}")
+    try:
+        return build(_Sizes(d_model, n_heads, max_len, causal, base, initialise))
+    except ValueError as err:
+        raise ValueError(f"{where}: position {name!r} does not fit d_model={d_model}, n_heads={n_heads}, "
+                         f"max_len={max_len}: {err}") from None
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    """``'a', 'b' or 'c'``."""
+    quoted = [repr(name) for name in names]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+
+
+def _check_ways(ways: object, where: str) -> None:
+    if isinstance(ways, str) or not isinstance(ways, Collection) or not ways or any(w not in WAYS for w in ways):
+        raise ValueError(f"{where}: ways must be a non-empty collection of {_listed(tuple(WAYS))}, got {ways!r}")
 
 
 # --------------------------------------------------------------------------- checks

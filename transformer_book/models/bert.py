@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,15 +37,20 @@ from transformer_book.contracts import IGNORE_INDEX
 from transformer_book.layers import LayerNorm
 from transformer_book.masks import padding_mask
 from transformer_book.models.transformer import Encoder
-from transformer_book.positional import ALiBi
+from transformer_book.positional import position_encoding, position_names
 
 __all__ = [
     "BERT", "BERTConfig", "POSITIONS", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",
     "mean_pool", "pretraining_loss", "bert_loss", "evaluate_pretraining", "IGNORE_INDEX",
 ]
 
-POSITIONS = ("learned", "alibi")
-"""How a :class:`BERT` knows where a piece stands: a learned vector per position, or ALiBi's biases."""
+_WAYS = ("embedding", "bias")
+"""The ways positions may enter a :class:`BERT`: added to the embeddings, or as a bias on the
+attention scores (its attention rotates nothing)."""
+
+POSITIONS = position_names(_WAYS)
+"""The position encodings a :class:`BERT` takes: a learned vector per position (BERT's), the
+sinusoidal table, or ALiBi's biases (MosaicBERT's)."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,10 @@ class BERTConfig:
     ``eps`` is the LayerNorms' epsilon (BERT's own code uses ``1e-12``); ``pad_id`` marks
     padding, which no position attends to. ``norm_first=True`` uses pre-LN layers with a final
     LayerNorm (chapter 5) instead of BERT's post-LN: the same model family, easier to train
-    fast at a high learning rate. ``position`` is ``"learned"`` (BERT: one trained vector per
-    position, added to the input) or ``"alibi"`` (no position vector; every attention layer adds
+    fast at a high learning rate. ``position`` names one of :data:`POSITIONS`, built by
+    :func:`~transformer_book.positional.position_encoding` when :class:`BERT` asks for it:
+    ``"learned"`` (BERT: one trained vector per position, added to the input), ``"sinusoidal"``
+    (a fixed table added instead) or ``"alibi"`` (no position vector; every attention layer adds
     ALiBi's fixed distance penalty, :class:`~transformer_book.positional.ALiBi`, as MosaicBERT
     replaced BERT's learned positions). :meth:`base` and :meth:`large` give the two sizes of the paper.
     """
@@ -91,8 +98,6 @@ class BERTConfig:
             raise ValueError(f"BERTConfig: eps must be positive, got {self.eps}")
         if not isinstance(self.norm_first, bool):
             raise ValueError(f"BERTConfig: norm_first must be a bool, got {self.norm_first!r}")
-        if self.position not in POSITIONS:
-            raise ValueError(f"BERTConfig: position must be one of {POSITIONS}, got {self.position!r}")
         if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"BERTConfig: pad_id must be an id in [0, {self.vocab_size}), got {self.pad_id!r}")
 
@@ -125,7 +130,7 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
 
     .. math::
 
-        \text{embeddings} &= (V + P + S)\, d + 2d \quad (P = 0 \text{ with ALiBi}) \\
+        \text{embeddings} &= (V + P + S)\, d + 2d \quad (P = 0 \text{ unless the positions are learned}) \\
         \text{one layer} &= \underbrace{4(d^2 + d)}_{W_Q, W_K, W_V, W_O}
             + \underbrace{2 d\, d_{ff} + d_{ff} + d}_{\text{FFN}} + \underbrace{4d}_{\text{2 LayerNorms}} \\
         \text{final LayerNorm} &= 2d \ \text{(pre-LN only)}, \qquad
@@ -142,8 +147,8 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
     V, P, S, d, f, L = (config.vocab_size, config.max_len, config.n_segments, config.d_model, config.ff_width,
                         config.n_layers)
     layer = 4 * (d * d + d) + (2 * d * f + f + d) + 4 * d
-    if config.position == "alibi":
-        P = 0                                     # no position vectors: the biases are fixed
+    if config.position != "learned":
+        P = 0                                     # no position vector is learned
     return {
         "embeddings": (V + P + S) * d + 2 * d,
         "encoder": L * layer + (2 * d if config.norm_first else 0),
@@ -172,8 +177,10 @@ class BERTOutput(NamedTuple):
 class BERT(nn.Module):
     """BERT: token, segment and position embeddings, a post-LN encoder, MLM and NSP heads.
 
-    Sub-modules: ``token_embedding``, ``segment_embedding``, ``position_embedding`` (``None``
-    with ALiBi, whose biases ``alibi`` every attention layer adds instead), ``embedding_norm`` (then ``embedding_dropout``), ``encoder`` (an
+    Sub-modules: ``token_embedding``, ``segment_embedding``, ``positional`` (the
+    :class:`~transformer_book.positional.PositionEncoding` named by ``config.position``: with ALiBi
+    it adds nothing to the embeddings, and every attention layer adds its biases instead),
+    ``embedding_norm`` (then ``embedding_dropout``), ``encoder`` (an
     :class:`~transformer_book.models.transformer.Encoder` of post-LN GELU layers, or pre-LN
     ones with a final LayerNorm when ``config.norm_first``), ``pooler``
     (dense + tanh on the ``[CLS]`` position), ``mlm_transform`` and ``mlm_norm`` with
@@ -184,7 +191,14 @@ class BERT(nn.Module):
 
     Shapes: ``tokens`` ``(B, n)`` integer ids with ``n <= max_len``, ``segments`` ``(B, n)``
     ids in ``[0, n_segments)`` (default all 0). Padding (``pad_id``) is excluded as a key.
+
+    Files written before the position encodings had one factory name the learned table
+    ``position_embedding.weight``: ``load_state_dict`` (and so
+    :func:`~transformer_book.checkpoints.load_model`) reads them, by ``renamed_keys``.
     """
+
+    renamed_keys: ClassVar[dict[str, str]] = {"position_embedding.weight": "positional.embedding.weight"}
+    """Old state-dict keys and the names they have now."""
 
     def __init__(self, config: BERTConfig) -> None:
         super().__init__()
@@ -193,8 +207,9 @@ class BERT(nn.Module):
         self.config = c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.segment_embedding = nn.Embedding(c.n_segments, c.d_model)
-        self.position_embedding = nn.Embedding(c.max_len, c.d_model) if c.position == "learned" else None
-        self.alibi = ALiBi(c.n_heads) if c.position == "alibi" else None
+        # initialise=False: reset_parameters below draws every weight, the learned table's too
+        self.positional = position_encoding(c.position, d_model=c.d_model, n_heads=c.n_heads, max_len=c.max_len,
+                                            initialise=False, ways=_WAYS, where="BERT")
         self.embedding_norm = LayerNorm(c.d_model, c.eps)
         self.embedding_dropout = nn.Dropout(c.dropout)
         self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=c.norm_first,
@@ -213,6 +228,12 @@ class BERT(nn.Module):
                 nn.init.normal_(parameter, std=0.02)
             elif not name.endswith(("gamma", "beta")):
                 nn.init.zeros_(parameter)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        for old, new in self.renamed_keys.items():  # a file of before the rename
+            if prefix + old in state_dict and prefix + new not in state_dict:
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def _check(self, tokens: torch.Tensor, segments: torch.Tensor | None) -> torch.Tensor:
         c = self.config
@@ -243,18 +264,16 @@ class BERT(nn.Module):
 
     def embed(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         r""":math:`H^{(0)} = \operatorname{dropout}(\operatorname{LN}(E_{tok}[x] + E_{seg}[s] + E_{pos}[0{:}n]))`,
-        ``(B, n, d_model)`` (without :math:`E_{pos}` with ALiBi)."""
+        ``(B, n, d_model)`` (without :math:`E_{pos}` with ALiBi, whose positions bias the attention)."""
         segments = self._check(tokens, segments)
-        x = self.token_embedding(tokens) + self.segment_embedding(segments)
-        if self.position_embedding is not None:
-            x = x + self.position_embedding(torch.arange(tokens.shape[1], device=tokens.device))
+        x = self.positional.add(self.token_embedding(tokens) + self.segment_embedding(segments))
         return self.embedding_dropout(self.embedding_norm(x))
 
     def encode(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
         """The last layer's hidden states ``(B, n, d_model)``; padding keys are excluded, and with
         ALiBi every layer's scores get the distance penalty."""
-        x = self.embed(tokens, segments)
-        bias = self.alibi(tokens.shape[1]) if self.alibi is not None else None
+        x, n = self.embed(tokens, segments), tokens.shape[1]
+        bias = self.positional.attention_bias(n, n)  # None unless the positions bias the scores
         return self.encoder(x, padding_mask(tokens, self.config.pad_id), bias=bias)
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:

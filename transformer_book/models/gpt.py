@@ -12,6 +12,10 @@ the output layer shares the token embedding :math:`E` (``tie_output``). Trained 
 forcing, position :math:`t` predicts token :math:`t+1`, so one forward pass over a window of
 :math:`n` tokens gives :math:`n` training targets.
 
+Positions are GPT-2's learned table :math:`P` by default; ``GPTConfig(position=...)`` names
+another encoding of :mod:`transformer_book.positional` (a sinusoidal table added in its place, or
+ALiBi's causal bias on every layer's scores, with no :math:`P`).
+
 Generation uses :meth:`GPT.decode_step` with a key/value cache: each new token costs one
 position's work instead of the whole prefix's.
 """
@@ -27,7 +31,7 @@ from torch import nn
 from transformer_book.attention import KVCache
 from transformer_book.masks import causal_mask
 from transformer_book.models.transformer import Encoder
-from transformer_book.positional import LearnedPositionalEmbedding
+from transformer_book.positional import position_encoding
 
 __all__ = ["GPT", "GPTConfig"]
 
@@ -35,7 +39,10 @@ __all__ = ["GPT", "GPTConfig"]
 @dataclass(frozen=True)
 class GPTConfig:
     """Hyper-parameters of :class:`GPT`. ``context`` is the longest sequence (learned positions
-    exist for ``0 .. context - 1``); ``d_ff`` defaults to ``4 * d_model``."""
+    exist for ``0 .. context - 1``); ``d_ff`` defaults to ``4 * d_model``. ``position`` names the
+    position encoding (:func:`~transformer_book.positional.position_encoding`, which :class:`GPT`
+    asks for it): ``"learned"`` (GPT-2's, the default), ``"sinusoidal"`` or ``"alibi"``; GPT's
+    attention rotates nothing, so not ``"rotary"``."""
 
     vocab_size: int
     context: int = 256
@@ -46,6 +53,7 @@ class GPTConfig:
     dropout: float = 0.1
     activation: str = "gelu"
     tie_output: bool = True
+    position: str = "learned"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context", "d_model", "n_heads", "n_layers"):
@@ -69,9 +77,10 @@ class GPT(nn.Module):
     """A decoder-only Transformer language model: token ids in, next-token logits out.
 
     ``forward(tokens)``: ``(B, n)`` integer ids, ``n <= context`` -> logits ``(B, n, vocab_size)``,
-    position ``t`` scoring token ``t + 1``. Sub-modules ``embedding``, ``positional``,
-    ``blocks`` (an :class:`~transformer_book.models.transformer.Encoder` of pre-LN layers with its final
-    LayerNorm) and ``output``.
+    position ``t`` scoring token ``t + 1``. Sub-modules ``embedding``, ``positional`` (the
+    :class:`~transformer_book.positional.PositionEncoding` named by ``config.position``),
+    ``dropout`` (on the embeddings), ``blocks`` (an :class:`~transformer_book.models.transformer.Encoder`
+    of pre-LN layers with its final LayerNorm) and ``output``.
 
     Initialisation as GPT-2: every weight matrix and embedding :math:`\\mathcal{N}(0, 0.02^2)`,
     the two projections that write into the residual stream (``w_o`` and the FFN's
@@ -84,7 +93,9 @@ class GPT(nn.Module):
             raise ValueError(f"GPT: config must be a GPTConfig, got {type(config).__name__}")
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.d_model)
-        self.positional = LearnedPositionalEmbedding(c.context, c.d_model, c.dropout)
+        self.positional = position_encoding(c.position, d_model=c.d_model, n_heads=c.n_heads, max_len=c.context,
+                                            causal=True, ways=("embedding", "bias"), where="GPT")
+        self.dropout = nn.Dropout(c.dropout)
         self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=True,
                               activation=c.activation)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -119,18 +130,23 @@ class GPT(nn.Module):
         if offset + tokens.shape[1] > self.config.context:
             raise ValueError(f"GPT: {offset + tokens.shape[1]} positions exceed the context of "
                              f"{self.config.context}; crop the input to its last {self.config.context} tokens")
-        return self.positional(self.embedding(tokens), offset)
+        return self.dropout(self.positional.add(self.embedding(tokens), offset))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self._embed(tokens, 0)
+        r"""Next-token logits ``(B, n, vocab_size)`` for ``tokens`` ``(B, n)``:
+        :math:`\operatorname{LN}(H^{(L)})\, E^\top`, the causal blocks run from
+        :math:`H^{(0)} = \operatorname{dropout}(E[x] + P)`. With ALiBi there is no :math:`P`, and every
+        layer adds the bias :math:`B` to its scores."""
+        x, n = self._embed(tokens, 0), tokens.shape[1]
         # causal=True is the mask self.causal[:n, :n]; the fused path hands it to the flash kernel
-        return self.output(self.blocks(x, causal=True))
+        return self.output(self.blocks(x, causal=True, bias=self.positional.attention_bias(n, n)))
 
     def attention_weights(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The logits ``(B, n, vocab_size)`` of :meth:`forward` and every layer's attention
         weights, a list of ``(B, n_heads, n, n)`` (computed by the explicit attention path, whose
         rows over the keys sum to 1 with zeros above the diagonal)."""
-        hidden, weights = self.blocks(self._embed(tokens, 0), causal=True, need_weights=True)
+        x, n = self._embed(tokens, 0), tokens.shape[1]
+        hidden, weights = self.blocks(x, causal=True, need_weights=True, bias=self.positional.attention_bias(n, n))
         return self.output(hidden), weights
 
     def decode_step(
@@ -149,8 +165,10 @@ class GPT(nn.Module):
         x = self._embed(tokens_new, offset)
         k = tokens_new.shape[1]
         mask = self.causal[None, offset:offset + k, :offset + k] if k > 1 else None
-        return self.output(self.blocks(x, mask, caches=caches)), caches
+        bias = self.positional.attention_bias(k, offset + k)  # the k new queries against every key
+        return self.output(self.blocks(x, mask, caches=caches, bias=bias)), caches
 
     def extra_repr(self) -> str:
         c = self.config
-        return f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_layers={c.n_layers}"
+        return (f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_layers={c.n_layers}, "
+                f"position={c.position!r}")

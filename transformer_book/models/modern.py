@@ -10,7 +10,8 @@ Each block (:class:`~transformer_book.modern_layers.ModernBlock`, as in LLaMA, T
 2023) is pre-norm with RMSNorm, causal grouped-query attention with rotary positions and a SwiGLU
 feed-forward network, with no bias anywhere. There is no position table: positions enter only
 as rotations of the queries and keys (one :class:`~transformer_book.positional.RotaryEmbedding`
-shared by the layers), so nothing is learned per position. The interface is
+shared by the layers), so nothing is learned per position (``ModernGPTConfig(position=...)`` may
+name a table added to the embeddings instead, to compare). The interface is
 :class:`~transformer_book.models.gpt.GPT`'s: ``forward``, ``decode_step`` with one
 :class:`~transformer_book.attention.KVCache` per layer (which stores ``n_kv_heads`` heads), so
 that :func:`transformer_book.decoding.generate` drives either model.
@@ -28,7 +29,7 @@ from torch import nn
 from transformer_book import checks
 from transformer_book.attention import KVCache
 from transformer_book.modern_layers import ModernBlock, RMSNorm, swiglu_width
-from transformer_book.positional import RotaryEmbedding
+from transformer_book.positional import position_encoding
 
 __all__ = ["ModernGPT", "ModernGPTConfig"]
 
@@ -44,9 +45,13 @@ class ModernGPTConfig:
     ``None`` means :func:`~transformer_book.modern_layers.swiglu_width` ``(d_model)``, the integer
     part of :math:`\\tfrac{2}{3} \\cdot 4 d_{\\text{model}}` rounded up to a multiple of 8 (344 for
     ``d_model = 128``), at which the three SwiGLU matrices hold as many weights as a GPT's two
-    ``4 d_model``-wide ones. ``d_model / n_heads`` must be even (rotary positions turn pairs of
-    features). ``rope_base``: the base of the rotary frequencies (LLaMA 10,000; SmolLM2 100,000).
-    ``norm_eps``: the :math:`\\epsilon` of every RMSNorm (LLaMA and SmolLM2 use 1e-5).
+    ``4 d_model``-wide ones. ``rope_base``: the base of the rotary frequencies (LLaMA 10,000;
+    SmolLM2 100,000; also of a sinusoidal table). ``norm_eps``: the :math:`\\epsilon` of every RMSNorm (LLaMA and SmolLM2 use
+    1e-5). ``position`` names the position encoding
+    (:func:`~transformer_book.positional.position_encoding`, which :class:`ModernGPT` asks for
+    it): ``"rotary"`` (the default; ``d_model / n_heads`` must then be even, as rotations turn
+    pairs of features), or ``"learned"`` or ``"sinusoidal"``, a table added to the embeddings; the
+    grouped-query attention takes no bias, so not ``"alibi"``.
     """
 
     vocab_size: int
@@ -60,6 +65,7 @@ class ModernGPTConfig:
     tie_output: bool = True
     rope_base: float = 10000.0
     norm_eps: float = 1e-6
+    position: str = "rotary"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context", "d_model", "n_heads", "n_layers"):
@@ -75,9 +81,6 @@ class ModernGPTConfig:
         if self.n_heads % self.kv_heads:
             raise ValueError(f"ModernGPTConfig: n_heads={self.n_heads} is not divisible by "
                              f"n_kv_heads={self.kv_heads}")
-        if self.d_k % 2:
-            raise ValueError(f"ModernGPTConfig: d_k = d_model / n_heads = {self.d_k} must be even: rotary "
-                             "positions turn pairs of features")
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, Real) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModernGPTConfig: dropout must lie in [0, 1), got {self.dropout!r}")
         if not isinstance(self.tie_output, bool):
@@ -110,12 +113,15 @@ class ModernGPT(nn.Module):
 
     ``forward(tokens)``: ``(B, n)`` integer ids, ``n <= context`` -> logits ``(B, n, vocab_size)``,
     position ``t`` scoring token ``t + 1``. Sub-modules ``embedding``, ``dropout`` (on the
-    embeddings), ``rotary`` (shared by every layer's attention), ``blocks`` (an ``nn.ModuleList``),
+    embeddings), ``positional`` (the :class:`~transformer_book.positional.PositionEncoding` named by
+    ``config.position``: a :class:`~transformer_book.positional.RotaryEmbedding` shared by every
+    layer's attention, by default), ``blocks`` (an ``nn.ModuleList``),
     ``norm`` (the final RMSNorm) and ``output`` (tied to ``embedding`` when ``tie_output``).
 
     Parameters: :math:`V d` (embedding) :math:`+\, L\,(2 d^2 + 2 d\, g\, d_k + 3 d\, d_{ff} + 2d)`
     (attention with :math:`g` key/value heads, SwiGLU, two RMSNorm gains) :math:`+\, d` (final
-    RMSNorm), plus :math:`V d` for an untied output layer.
+    RMSNorm), plus :math:`V d` for an untied output layer and ``context`` :math:`\cdot\, d` for learned
+    positions.
 
     Initialisation as :class:`~transformer_book.models.gpt.GPT`'s (GPT-2's): every weight matrix
     and the embedding :math:`\mathcal{N}(0, 0.02^2)`, the two projections that write into the
@@ -129,8 +135,11 @@ class ModernGPT(nn.Module):
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.dropout = nn.Dropout(c.dropout)
-        self.rotary = RotaryEmbedding(c.d_k, c.rope_base)
-        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, self.rotary, c.dropout,
+        self.positional = position_encoding(c.position, d_model=c.d_model, n_heads=c.n_heads, max_len=c.context,
+                                            causal=True, base=c.rope_base, ways=("embedding", "rotation"),
+                                            where="ModernGPT")
+        rotary = self.positional.rotary  # None for a table added to the embeddings
+        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, rotary, c.dropout,
                                                 eps=c.norm_eps) for _ in range(c.n_layers))
         self.norm = RMSNorm(c.d_model, c.norm_eps)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -153,7 +162,7 @@ class ModernGPT(nn.Module):
 
     def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
         _check_tokens(tokens, offset, self.config)
-        return self.dropout(self.embedding(tokens))
+        return self.dropout(self.positional.add(self.embedding(tokens), offset))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self._embed(tokens, 0)
@@ -201,7 +210,7 @@ class ModernGPT(nn.Module):
     def extra_repr(self) -> str:
         c = self.config
         return (f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_heads={c.n_heads}, "
-                f"n_kv_heads={c.kv_heads}, n_layers={c.n_layers}, d_ff={c.ff_width}")
+                f"n_kv_heads={c.kv_heads}, n_layers={c.n_layers}, d_ff={c.ff_width}, position={c.position!r}")
 
 
 def _check_config(config: object) -> None:

@@ -22,7 +22,7 @@ from torch import nn
 from transformer_book.attention import KVCache
 from transformer_book.layers import DecoderLayer, EncoderLayer, LayerNorm
 from transformer_book.masks import causal_mask, combine_masks, padding_mask
-from transformer_book.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from transformer_book.positional import PositionEncoding, position_encoding
 
 __all__ = ["Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_right"]
 
@@ -191,6 +191,11 @@ class TransformerConfig:
     ``tie_output`` shares the target embedding with the output projection; ``share_embeddings``
     also shares it with the source embedding (needs one vocabulary for both sides).
     ``scale_embeddings`` multiplies embeddings by :math:`\\sqrt{d_{model}}` before adding positions.
+    ``position`` names the positions added to both sides' embeddings
+    (:func:`~transformer_book.positional.position_encoding`, which :class:`Transformer` asks for
+    them): ``"sinusoidal"`` (the paper's, the default) or ``"learned"``. Encodings that bias or
+    rotate the attention are refused: the cross-attention relates positions of two different
+    sequences, which neither defines.
     """
 
     src_vocab_size: int
@@ -206,7 +211,7 @@ class TransformerConfig:
     norm_first: bool = False
     final_norm: bool | None = None
     activation: str = "relu"
-    positional: str = "sinusoidal"
+    position: str = "sinusoidal"
     scale_embeddings: bool = True
     tie_output: bool = True
     share_embeddings: bool = False
@@ -222,8 +227,6 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"TransformerConfig: dropout must lie in [0, 1), got {self.dropout}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"TransformerConfig: positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
             raise ValueError(f"TransformerConfig: pad_id={self.pad_id} is outside the vocabularies")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -255,12 +258,10 @@ class Transformer(nn.Module):
             nn.init.normal_(embedding.weight, std=c.d_model**-0.5)  # unit variance once scaled
             with torch.no_grad():
                 embedding.weight[c.pad_id].zero_()
-        if c.positional == "sinusoidal":
-            self.src_positional = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
-            self.tgt_positional = SinusoidalPositionalEncoding(c.d_model, c.max_len, c.dropout)
-        else:
-            self.src_positional = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
-            self.tgt_positional = LearnedPositionalEmbedding(c.max_len, c.d_model, c.dropout)
+        sizes = dict(d_model=c.d_model, n_heads=c.n_heads, max_len=c.max_len, ways=("embedding",), where="Transformer")
+        self.src_positional = position_encoding(c.position, **sizes)
+        self.tgt_positional = position_encoding(c.position, causal=True, **sizes)
+        self.dropout = nn.Dropout(c.dropout)  # on the sums of embeddings and positions
         layer_args = dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, dropout=c.dropout)
         options = dict(norm_first=c.norm_first, activation=c.activation, eps=c.eps, final_norm=c.final_norm)
         self.encoder = Encoder(c.n_encoder_layers, **layer_args, **options)
@@ -270,7 +271,7 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embedding.weight
 
     def _embed(
-        self, tokens: torch.Tensor, embedding: nn.Embedding, positional: nn.Module, name: str, offset: int = 0
+        self, tokens: torch.Tensor, embedding: nn.Embedding, positional: PositionEncoding, name: str, offset: int = 0
     ) -> torch.Tensor:
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
             what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
@@ -287,7 +288,7 @@ class Transformer(nn.Module):
         x = embedding(tokens)
         if self.config.scale_embeddings:
             x = x * math.sqrt(self.config.d_model)
-        return positional(x, offset)
+        return self.dropout(positional.add(x, offset))
 
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``src`` ``(B, m)`` -> ``(memory (B, m, d_model), src_mask (B, 1, m))``."""

@@ -81,7 +81,7 @@ def bert_parameter_names(n_layers: int) -> dict[str, str]:
     ``n_layers`` layers (the decoder matrix, tied to the word embedding in both, is left out)."""
     names = {
         "bert.embeddings.word_embeddings.weight": "token_embedding.weight",
-        "bert.embeddings.position_embeddings.weight": "position_embedding.weight",
+        "bert.embeddings.position_embeddings.weight": "positional.embedding.weight",
         "bert.embeddings.token_type_embeddings.weight": "segment_embedding.weight",
         "bert.embeddings.LayerNorm.weight": "embedding_norm.gamma",
         "bert.embeddings.LayerNorm.bias": "embedding_norm.beta",

@@ -65,8 +65,8 @@ sentences filling the length, masked-language modelling alone (RoBERTa's) -- the
 class Recipe:
     """Every choice of one pretraining run.
 
-    Model: ``d_model``, ``n_heads``, ``n_layers``, ``position`` (``"learned"`` or ``"alibi"``,
-    see :class:`~transformer_book.models.bert.BERTConfig`), ``norm_first`` (pre-LN) and
+    Model: ``d_model``, ``n_heads``, ``n_layers``, ``position`` (one of
+    :data:`~transformer_book.models.bert.POSITIONS`, the names BERT takes from the factory), ``norm_first`` (pre-LN) and
     ``dropout``. Data: a WordPiece vocabulary of ``vocab_size`` pieces trained on the first
     ``n_documents`` training articles (all of them with ``None``), sequences of at most
     ``max_len`` pieces made as ``inputs`` says (one of :data:`INPUTS`), and ``select_prob``, the

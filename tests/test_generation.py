@@ -100,7 +100,7 @@ def test_filter_errors_name_the_argument():
     for p in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match=r"p must lie in \(0, 1\]"):
             filter_top_p(logits, p)
-    with pytest.raises(ValueError, match="temperature must be a finite non-negative number"):
+    with pytest.raises(ValueError, match="temperature must be a finite real >= 0"):
         next_token_distribution(logits, temperature=-1.0)
 
 

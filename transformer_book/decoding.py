@@ -25,7 +25,6 @@ chapter 9's GPT (:class:`~transformer_book.contracts.LanguageModel`), given a pr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -195,8 +194,7 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     Raises:
         ValueError: ``k`` is not a positive int.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"filter_top_k: k must be a positive int, got {k!r}")
+    checks.positive_int("filter_top_k", k=k)
     k = min(k, logits.shape[-1])
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]            # (..., 1): the k-th highest
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -204,8 +202,7 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 def _check_top_p(where: str, p: float, logits: torch.Tensor) -> None:
     """``p`` in (0, 1], and ``logits`` without NaN."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
-        raise ValueError(f"{where}: p must lie in (0, 1], got {p!r}")
+    checks.probability(where, "p", p, zero=False, one=True)
     if torch.isnan(logits).any():
         raise ValueError(f"{where}: logits hold NaN")
 
@@ -239,9 +236,7 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
 def _check_sampling(logits: torch.Tensor, temperature: float, top_p: float | None) -> None:
     """A finite non-negative temperature, and logits without NaN: checked here unless
     :func:`filter_top_p` will check them (one pass over the logits, not two)."""
-    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature)
-            or temperature < 0):
-        raise ValueError(f"next_token_distribution: temperature must be a finite non-negative number, got {temperature!r}")
+    checks.finite_real("next_token_distribution", "temperature", temperature, at_least=0)
     if (top_p is None or temperature == 0) and torch.isnan(logits).any():
         raise ValueError("next_token_distribution: logits hold NaN (a diverged model, or a bad input)")
     if torch.isposinf(logits).any():
@@ -351,8 +346,7 @@ class _Session:
 
 
 def _check_max_new_tokens(model: nn.Module, max_new_tokens: int, start: int, where: str) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"{where}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    checks.positive_int(where, max_new_tokens=max_new_tokens)
     limit = _max_len(model)
     if limit is not None and start + max_new_tokens - 1 > limit:
         raise ValueError(f"{where}: {start} prefix tokens + {max_new_tokens} new ones need "
@@ -424,10 +418,8 @@ def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Te
 
 def _check_beam(beam_size: int, normalize: str | None, shrink: bool, where: str = "beam_search") -> None:
     checks.positive_int(where, beam_size=beam_size)
-    if normalize not in (None, "length", "gnmt"):
-        raise ValueError(f"{where}: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
-    if not isinstance(shrink, bool):
-        raise ValueError(f"{where}: shrink must be a bool (True or False), got {shrink!r}")
+    checks.choice(where, "normalize", normalize, (None, "length", "gnmt"))
+    checks.boolean(where, shrink=shrink)
 
 
 @torch.no_grad()

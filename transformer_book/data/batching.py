@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from transformer_book import checks
 from transformer_book.contracts import BatchTokenizer, Seq2SeqBatch, pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
@@ -91,8 +92,8 @@ def encode_pairs(
     Raises:
         ValueError: ``max_len`` is not a positive int.
     """
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2):
-        raise ValueError(f"encode_pairs: max_len must be an int >= 2, got {max_len!r}")
+    if max_len is not None:
+        checks.integer("encode_pairs", "max_len", max_len, minimum=2)
     target_tokenizer = target_tokenizer or source_tokenizer
     sources = source_tokenizer.encode_batch([s for s, _ in pairs])
     targets = target_tokenizer.encode_batch([t for _, t in pairs])
@@ -152,11 +153,9 @@ class BucketedBatches:
     ) -> None:
         if len(examples) == 0:
             raise ValueError("BucketedBatches: no examples")
-        for name, value in (("max_tokens", max_tokens), ("pool_size", pool_size), ("max_sentences", max_sentences)):
-            if value is None and name == "max_sentences":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BucketedBatches: {name} must be a positive int, got {value!r}")
+        checks.positive_int("BucketedBatches", max_tokens=max_tokens, pool_size=pool_size)
+        if max_sentences is not None:
+            checks.positive_int("BucketedBatches", max_sentences=max_sentences)
         self.examples = examples
         self.lengths = np.array([max(len(s), len(t)) + 1 for s, t in examples])
         longest = int(self.lengths.max())
@@ -195,8 +194,7 @@ class BucketedBatches:
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         """The batches of ``epoch`` (0-based) as arrays of example indices, in training order."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"BucketedBatches.epoch: epoch must be a non-negative int, got {epoch!r}")
+        checks.non_negative_int("BucketedBatches.epoch", epoch=epoch)
         if not self.shuffle:
             epoch = 0
         with self._lock:
@@ -227,8 +225,7 @@ class BucketedBatches:
 
     def locate(self, step: int) -> tuple[int, int]:
         """``(epoch, batch index within it)`` of global step ``step``."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"BucketedBatches: step must be a non-negative int, got {step!r}")
+        checks.non_negative_int("BucketedBatches", step=step)
         if not self.shuffle:
             return 0, step % len(self)
         with self._lock:
@@ -273,16 +270,13 @@ class RandomWindows:
     def __init__(self, ids: torch.Tensor, context: int, batch_size: int, *, seed: int = 0) -> None:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
             raise ValueError("RandomWindows: ids must be a 1-D integer tensor")
-        for name, value in (("context", context), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RandomWindows: {name} must be a positive int, got {value!r}")
+        checks.positive_int("RandomWindows", context=context, batch_size=batch_size)
         if ids.numel() <= context:
             raise ValueError(f"RandomWindows: {ids.numel()} tokens are too few for windows of context {context} plus a target")
         self.ids, self.context, self.batch_size, self.seed = ids.long(), context, batch_size, seed
 
     def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"RandomWindows: step must be a non-negative int, got {step!r}")
+        checks.non_negative_int("RandomWindows", step=step)
         rng = np.random.default_rng([self.seed, step])
         starts = torch.from_numpy(rng.integers(0, self.ids.numel() - self.context, self.batch_size))
         offsets = torch.arange(self.context)

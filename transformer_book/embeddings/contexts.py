@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from transformer_book import checks
 from transformer_book.text import Vocab
 
 __all__ = [
@@ -29,9 +30,7 @@ __all__ = [
 
 
 def _check_window(window: object, caller: str) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"{caller}: window must be a positive int, got {window!r}")
-    return window
+    return checks.integer(caller, "window", window, minimum=1)
 
 
 def window_pairs(tokens: Sequence[str], window: int) -> list[tuple[str, str]]:

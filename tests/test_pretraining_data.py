@@ -455,6 +455,8 @@ def test_batch_errors():
         PretrainingBatches(EncodedPairs.from_examples([]), 4, vocab_size=40)
     with pytest.raises(ValueError, match="step must be a non-negative int, got -1"):
         PretrainingBatches(pairs, 4, vocab_size=40)(-1)
+    with pytest.raises(ValueError, match="PretrainingBatches.order: epoch must be a non-negative int, got -2"):
+        PretrainingBatches(pairs, 4, vocab_size=40).order(-2)
     with pytest.raises(ValueError, match="seed must be a non-negative int, got -3"):
         PretrainingBatches(pairs, 4, vocab_size=40, seed=-3)
     with pytest.raises(ValueError, match="EncodedPairs: ids must be a 1-D integer array"):

@@ -195,10 +195,12 @@ class BucketedBatches:
     def epoch(self, epoch: int) -> list[np.ndarray]:
         """The batches of ``epoch`` (0-based) as arrays of example indices, in training order."""
         checks.non_negative_int("BucketedBatches.epoch", epoch=epoch)
-        if not self.shuffle:
-            epoch = 0
+        return self._epoch(epoch)
+
+    def _epoch(self, epoch: int) -> list[np.ndarray]:
+        """:meth:`epoch` of an ``epoch`` the caller has checked (or computed)."""
         with self._lock:
-            return self._cached_epoch(epoch)
+            return self._cached_epoch(epoch if self.shuffle else 0)
 
     def _cached_epoch(self, epoch: int) -> list[np.ndarray]:
         if epoch not in self._epochs:
@@ -221,16 +223,20 @@ class BucketedBatches:
 
     def __len__(self) -> int:
         """Batches in epoch 0 (other epochs differ by a few batches at most)."""
-        return len(self.epoch(0))
+        return len(self._epoch(0))
 
     def locate(self, step: int) -> tuple[int, int]:
         """``(epoch, batch index within it)`` of global step ``step``."""
         checks.non_negative_int("BucketedBatches", step=step)
+        return self._locate(step)
+
+    def _locate(self, step: int) -> tuple[int, int]:
+        """:meth:`locate` of a ``step`` the caller has checked."""
         if not self.shuffle:
             return 0, step % len(self)
         with self._lock:
             while self._starts[-1] <= step:
-                self._starts.append(self._starts[-1] + len(self.epoch(len(self._starts) - 1)))
+                self._starts.append(self._starts[-1] + len(self._epoch(len(self._starts) - 1)))
             epoch = int(np.searchsorted(self._starts, step, side="right")) - 1
             return epoch, step - self._starts[epoch]
 
@@ -240,12 +246,13 @@ class BucketedBatches:
 
     def __call__(self, step: int) -> Seq2SeqBatch:
         """The batch of global training step ``step``."""
-        epoch, index = self.locate(step)
-        return self.batch(self.epoch(epoch)[index])
+        checks.non_negative_int("BucketedBatches", step=step)
+        epoch, index = self._locate(step)
+        return self.batch(self._epoch(epoch)[index])
 
     def __iter__(self) -> Iterator[Seq2SeqBatch]:
         """The batches of one epoch (epoch 0, or the sorted epoch with ``shuffle=False``)."""
-        return (self.batch(indices) for indices in self.epoch(0))
+        return (self.batch(indices) for indices in self._epoch(0))
 
     def padding_share(self, epoch: int = 0) -> float:
         """The share of padded positions (on the longer side) in ``epoch``'s batches."""

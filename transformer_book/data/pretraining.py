@@ -683,6 +683,10 @@ class PretrainingBatches:
     def order(self, epoch: int) -> np.ndarray:
         """The pair indices of ``epoch`` (0-based) in visiting order."""
         checks.integer("PretrainingBatches.order", "epoch", epoch, minimum=0, kinds=_INTS)
+        return self._order(epoch)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """:meth:`order` of an ``epoch`` the caller has checked."""
         if not self.shuffle:
             return np.arange(len(self.pairs))
         if self._order_cache is None or self._order_cache[0] != epoch:
@@ -713,7 +717,7 @@ class PretrainingBatches:
         key = int(step) if self.shuffle else index
         seed = np.random.SeedSequence([self.seed, 1, key]).generate_state(1, dtype=np.uint64)[0]
         generator = torch.Generator().manual_seed(int(seed))
-        rows = self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        rows = self._order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
         return self.collate(rows, generator)
 
     def __iter__(self) -> Iterator[PretrainingBatch]:

@@ -321,8 +321,12 @@ class RNNSeq2Seq(nn.Module):
             ValueError: if ``src`` is not a ``(B, m)`` integer tensor of in-vocabulary ids, if a
                 sentence has no real token, or if a PAD comes before a real token.
         """
+        _check_tokens(src, "src", self.config.src_vocab_size)
+        return self._encode(src)
+
+    def _encode(self, src: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """:meth:`encode` of a ``src`` whose type, shape and ids the caller has checked."""
         c = self.config
-        _check_tokens(src, "src", c.src_vocab_size)
         src_mask = padding_mask(src, c.pad_id)  # (B, 1, m), True at PAD
         real = ~src_mask[:, 0]  # (B, m)
         lengths = real.sum(dim=1)
@@ -400,8 +404,7 @@ class RNNSeq2Seq(nn.Module):
             ValueError: for bad ``tgt_in``, a ``memory`` or ``src_mask`` of another batch size
                 or width, or ``need_weights=True`` on a model without attention.
         """
-        c = self.config
-        _check_tokens(tgt_in, "tgt_in", c.tgt_vocab_size)
+        _check_tokens(tgt_in, "tgt_in", self.config.tgt_vocab_size)
         self._check_memory(tgt_in, memory, src_mask)
         if need_weights and self.attention is None:
             raise ValueError("RNNSeq2Seq: need_weights=True needs attention, but this model has attention=None")
@@ -483,5 +486,5 @@ class RNNSeq2Seq(nn.Module):
             raise ValueError(
                 f"RNNSeq2Seq: batch sizes differ: src {tuple(src.shape)}, tgt_in {tuple(tgt_in.shape)}"
             )
-        memory, src_mask = self.encode(src)
-        return self.decode_logits(tgt_in, memory, src_mask)
+        memory, src_mask = self._encode(src)  # checked once, here: the memory is encode's own
+        return self.output(self._run_decoder(tgt_in, memory, src_mask, memory[1])[0])

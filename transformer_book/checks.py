@@ -3,7 +3,8 @@
 Every public function of the package refuses bad input with a ``ValueError`` that names the
 function and the argument. The checks that several modules make live here, written once, so that
 a displayed function can open with one call and the reader sees the equation that follows.
-Each takes ``where``, the name of the function the reader called, first.
+Each takes ``where``, the name of the function the reader called, first. An argument is checked
+once, at the public function that takes it; the private helpers that function calls trust it.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def test_a_model_left_in_training_mode_is_searched_without_dropout_and_left_so(t
 @pytest.mark.parametrize("kwargs, match", [
     (dict(beam_size=0), "beam_size must be a positive int, got 0"),
     (dict(beam_size=True), "beam_size must be a positive int, got True"),
-    (dict(beam_size=2, normalize="mean"), "normalize must be None, 'length' or 'gnmt', got 'mean'"),
+    (dict(beam_size=2, normalize="mean"), "normalize must be one of None, 'length' or 'gnmt', got 'mean'"),
 ])
 def test_translate_rejects_a_bad_beam(transformer, kwargs, match):
     with pytest.raises(ValueError, match=match):

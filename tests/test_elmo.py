@@ -373,7 +373,7 @@ def test_bilm_bad_input():
     (dict(cutoffs=(5, 23)), r"lie in \[1, vocab_size=23\), got \(5, 23\); use cutoffs=\(\)"),
     (dict(cutoffs=(0, 5)), r"got \(0, 5\)"),
     (dict(cutoffs=(5.0,)), r"BiLMConfig: cutoffs must be a tuple of ints, got \(5.0,\)"),
-    (dict(div_value=0.5), "BiLMConfig: div_value must be a finite number >= 1, got 0.5"),
+    (dict(div_value=0.5), "BiLMConfig: div_value must be a finite real >= 1, got 0.5"),
     (dict(div_value=16.0), "BiLMConfig: div_value=16.0 leaves the last of 2 tail clusters"),
     (dict(engine="cudnn"), r"BiLMConfig: engine must be one of \('torch', 'book'\), got 'cudnn'"),
 ])

@@ -66,7 +66,8 @@ def test_mfu_is_achieved_over_peak_flops():
     (lambda: flops.mfu(-1.0, 1e9, 1e14), "tokens_per_s"),
     (lambda: flops.mfu(1.0, 0.0, 1e14), "flops_per_token and peak"),
     (lambda: flops.mfu(1.0, 1e9, float("nan")), "flops_per_token and peak"),
-    (lambda: flops.gpt_flops_per_token(GPTConfig(10, context=8), 9), r"context must be an int in \[1, 8\]"),
+    (lambda: flops.gpt_flops_per_token(GPTConfig(10, context=8), 9), r"context=9 exceeds the model's context of 8 positions"),
+    (lambda: flops.gpt_flops_per_token(GPTConfig(10, context=8), 0), "context must be a positive int, got 0"),
     (lambda: flops.gpt_flops_per_token("gpt2"), "config must be a GPTConfig"),
 ])
 def test_bad_input_is_named(call, pattern):

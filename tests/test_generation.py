@@ -100,7 +100,7 @@ def test_filter_errors_name_the_argument():
     for p in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match=r"p must lie in \(0, 1\]"):
             filter_top_p(logits, p)
-    with pytest.raises(ValueError, match="temperature must be a finite non-negative number"):
+    with pytest.raises(ValueError, match="temperature must be a finite real >= 0"):
         next_token_distribution(logits, temperature=-1.0)
 
 
@@ -313,6 +313,54 @@ def test_top_p_sampling_checks_the_logits_for_nan_once(monkeypatch):
     assert len(calls) == 2
     with pytest.raises(ValueError, match="logits hold NaN"):
         decoding.next_token_distribution(torch.tensor([[0.0, float("nan")]]), temperature=1.0, top_p=0.5)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(temperature=-1.0), "generate: temperature must be a finite real >= 0, got -1.0"),
+    (dict(temperature=1.0, top_k=0), "generate: top_k must be a positive int, got 0"),
+    (dict(temperature=0.0, top_k=0), "generate: top_k must be a positive int, got 0"),       # refused, not ignored
+    (dict(temperature=0.0, top_p=1.5), r"generate: top_p must lie in \(0, 1\], got 1.5"),
+])
+def test_generate_checks_its_sampling_settings_before_it_runs_the_model(settings, message):
+    class Untouchable(ScriptedLM):
+        def forward(self, tokens):
+            raise AssertionError("the model ran before the settings were checked")
+
+    with pytest.raises(ValueError, match=message):
+        generate(Untouchable(), prompt=torch.tensor([[3]]), max_new_tokens=4, use_cache=False, **settings)
+
+
+def test_generate_checks_the_sampling_settings_once_not_at_every_step(monkeypatch):
+    """generate is the boundary: its steps draw from the distribution without checking the
+    settings again (the logits, new at each step, are still checked)."""
+    from transformer_book import checks
+
+    seen = []
+    real = checks.finite_real
+    monkeypatch.setattr(checks, "finite_real", lambda where, name, *a, **k: seen.append((where, name)) or real(
+        where, name, *a, **k))
+    out = generate(ScriptedLM(), prompt=torch.tensor([[7]]), max_new_tokens=5, use_cache=False, temperature=0.5,
+                   top_k=3, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 5) and seen == [("generate", "temperature")]
+    seen.clear()
+    next_token_distribution(torch.zeros(2, 4), temperature=0.5)
+    assert seen == [("next_token_distribution", "temperature")]
+
+
+def test_next_token_distribution_names_its_own_arguments():
+    with pytest.raises(ValueError, match="next_token_distribution: top_k must be a positive int, got 0"):
+        next_token_distribution(torch.zeros(1, 4), top_k=0)
+    with pytest.raises(ValueError, match=r"next_token_distribution: top_p must lie in \(0, 1\], got 0"):
+        next_token_distribution(torch.zeros(1, 4), temperature=0, top_p=0)
+
+
+@pytest.mark.parametrize("search, options", [(generate, {}), (beam_search, {"beam_size": 2})])
+def test_a_bad_prompt_is_named_by_the_function_called(search, options):
+    name = search.__name__
+    with pytest.raises(ValueError, match=rf"{name}: prompt must be a \(B, m\) integer tensor, got shape \(1, 2\)"):
+        search(ScriptedLM(), prompt=torch.zeros(1, 2), max_new_tokens=2, use_cache=False, **options)
+    with pytest.raises(ValueError, match=f"{name}: a decoder-only model needs a prompt"):
+        search(ScriptedLM(), src=torch.ones(1, 2, dtype=torch.long), max_new_tokens=2, use_cache=False, **options)
 
 
 # ----------------------------------------------------------------------------- a shrinking beam

@@ -217,7 +217,7 @@ def test_panels_puts_at_most_two_side_by_side(n, shape):
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, "2"])
 def test_panels_rejects_a_count_that_is_not_a_positive_integer(bad):
-    with pytest.raises(ValueError, match="panels: n must be a positive integer"):
+    with pytest.raises(ValueError, match="panels: n must be a positive int"):
         panels(bad)
 
 

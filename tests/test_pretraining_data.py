@@ -316,7 +316,7 @@ def test_mask_tokens_errors():
         (dict(maskable=torch.ones(2, 5, dtype=torch.bool)), r"maskable must be a bool tensor of the tokens' shape"),
         (dict(maskable=torch.ones(2, 4)), "maskable must be a bool tensor"),
         (dict(select_prob=0.0), r"select_prob must lie in \(0, 1\], got 0"),
-        (dict(select_prob=1.2), r"select_prob must lie in \[0, 1\], got 1.2"),
+        (dict(select_prob=1.2), r"select_prob must lie in \(0, 1\], got 1.2"),
         (dict(mask_prob=0.8, random_prob=0.3), "mask_prob \\+ random_prob must be at most 1"),
         (dict(random_prob=-0.1), "random_prob must lie"),
         (dict(first_normal_id=10), r"first_normal_id must be an int in \[0, 10\), got 10"),
@@ -455,6 +455,8 @@ def test_batch_errors():
         PretrainingBatches(EncodedPairs.from_examples([]), 4, vocab_size=40)
     with pytest.raises(ValueError, match="step must be a non-negative int, got -1"):
         PretrainingBatches(pairs, 4, vocab_size=40)(-1)
+    with pytest.raises(ValueError, match="PretrainingBatches.order: epoch must be a non-negative int, got -2"):
+        PretrainingBatches(pairs, 4, vocab_size=40).order(-2)
     with pytest.raises(ValueError, match="seed must be a non-negative int, got -3"):
         PretrainingBatches(pairs, 4, vocab_size=40, seed=-3)
     with pytest.raises(ValueError, match="EncodedPairs: ids must be a 1-D integer array"):

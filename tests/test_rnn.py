@@ -458,6 +458,22 @@ def test_error_float_or_one_dimensional_tokens():
         model.encode(SRC[:, :0])
 
 
+def test_forward_checks_its_tokens_once(monkeypatch):
+    """forward is the boundary: it checks src and tgt_in (a pass over each for the ids' range),
+    then encodes and decodes without checking them, or the memory it made, again."""
+    from transformer_book.models import rnn
+
+    checked = []
+    real = rnn._check_tokens
+    monkeypatch.setattr(rnn, "_check_tokens", lambda tokens, name, size: checked.append(name) or real(tokens, name, size))
+    model = _model()
+    logits = model(SRC, TGT_IN)
+    assert checked == ["src", "tgt_in"]
+    memory, src_mask = model.encode(SRC)                     # the public methods still check theirs
+    torch.testing.assert_close(logits, model.decode_logits(TGT_IN, memory, src_mask), **TOL)
+    assert checked == ["src", "tgt_in", "src", "tgt_in"]
+
+
 def test_error_ids_out_of_vocabulary():
     model = _model()
     with pytest.raises(ValueError, match=r"src.*" + re.escape("[3, 13]") + ".*" + re.escape("[0, 13)")):

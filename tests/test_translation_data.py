@@ -260,6 +260,28 @@ def test_bucketed_batches_bad_input():
         BucketedBatches([([4] * 30, [5])], 10)
     with pytest.raises(ValueError, match="step must be a non-negative int"):
         BucketedBatches(_examples(5), 100)(-1)
+    with pytest.raises(ValueError, match="BucketedBatches.epoch: epoch must be a non-negative int, got -1"):
+        BucketedBatches(_examples(5), 100).epoch(-1)
+
+
+def test_bucketed_batches_check_a_step_once(monkeypatch):
+    """The batch of a step checks the step, and then finds its epoch without checking the epochs
+    it computes (the public epoch and locate still check theirs)."""
+    from transformer_book import checks
+
+    seen = []
+    real = checks.non_negative_int
+    monkeypatch.setattr(checks, "non_negative_int", lambda where, **values: seen.append((where, *values)) or real(
+        where, **values))
+    batches = BucketedBatches(_examples(), max_tokens=200, seed=3)
+    step = 3 * len(batches) + 1                                   # epoch 3: epochs 0 to 3 are built
+    epoch, index = batches.locate(step)
+    assert seen == [("BucketedBatches", "step")] and epoch >= 2
+    seen.clear()
+    batch = batches(step)
+    assert seen == [("BucketedBatches", "step")]
+    expected = batches.batch(batches.epoch(epoch)[index])
+    assert torch.equal(batch.src, expected.src) and torch.equal(batch.tgt_out, expected.tgt_out)
 
 
 # ----------------------------------------------------------------------------- language-model windows

@@ -201,7 +201,7 @@ def test_save_load_and_string_round_trips(tokenizer, tmp_path):
 
 
 def test_bad_input_names_the_problem(tokenizer):
-    with pytest.raises(ValueError, match="vocab_size must be an int > 5, got 5"):
+    with pytest.raises(ValueError, match="vocab_size must be an int >= 6, got 5"):
         WordPieceTokenizer.train(SENTENCES, vocab_size=5)
     with pytest.raises(ValueError, match=r"vocab_size=10 is too small.*need 15"):
         WordPieceTokenizer.train(["abcdef ghij"], vocab_size=10)  # 5 specials + a g + ##b..##f ##h..##j

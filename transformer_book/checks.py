@@ -3,7 +3,8 @@
 Every public function of the package refuses bad input with a ``ValueError`` that names the
 function and the argument. The checks that several modules make live here, written once, so that
 a displayed function can open with one call and the reader sees the equation that follows.
-Each takes ``where``, the name of the function the reader called, first.
+Each takes ``where``, the name of the function the reader called, first. An argument is checked
+once, at the public function that takes it; the private helpers that function calls trust it.
 """
 
 from __future__ import annotations
@@ -11,22 +12,27 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from numbers import Real
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # imported where needed: text and metrics use these checks without PyTorch
+    import torch
 
-__all__ = ["integer", "positive_int", "non_negative_int", "probability", "finite_real", "token_ids", "text",
-           "id_tensor"]
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+__all__ = ["integer", "positive_int", "non_negative_int", "probability", "finite_real", "boolean", "choice",
+           "token_ids", "text", "id_tensor"]
 
 
-def integer(where: str, name: str, value: object, *, minimum: int) -> int:
-    """``value`` if it is an int (not a bool) of at least ``minimum``; else a ValueError
-    ("must be a positive int" for ``minimum = 1``, "a non-negative int" for 0)."""
-    if not _is_int(value) or value < minimum:
-        kind = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
+def integer(where: str, name: str, value: object, *, minimum: int, below: int | None = None,
+            kinds: type | tuple[type, ...] = int) -> int:
+    """``value`` if it is an int (not a bool) of at least ``minimum`` (and less than ``below``,
+    when given); else a ValueError ("must be a positive int" for ``minimum = 1``, "a non-negative
+    int" for 0, "an int in [minimum, below)" with ``below``). ``kinds``: the accepted integer
+    types, say ``(int, np.integer)`` where NumPy's ints are welcome."""
+    if (isinstance(value, bool) or not isinstance(value, kinds) or value < minimum
+            or (below is not None and value >= below)):
+        if below is not None:
+            kind = f"an int in [{minimum}, {below})"
+        else:
+            kind = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
         raise ValueError(f"{where}: {name} must be {kind}, got {value!r}")
     return value
 
@@ -43,22 +49,47 @@ def non_negative_int(where: str, **values: object) -> None:
         integer(where, name, value, minimum=0)
 
 
-def probability(where: str, name: str, value: object, *, one: bool = False) -> float:
-    """``value`` as a float in ``[0, 1)`` (a dropout or smoothing rate), or ``[0, 1]`` when ``one``."""
-    upper = "1]" if one else "1)"
-    if (isinstance(value, bool) or not isinstance(value, Real)
-            or not (0.0 <= float(value) <= 1.0 if one else 0.0 <= float(value) < 1.0)):
-        raise ValueError(f"{where}: {name} must lie in [0, {upper}, got {value!r}")
+def probability(where: str, name: str, value: object, *, zero: bool = True, one: bool = False) -> float:
+    """``value`` as a float in ``[0, 1)`` (a dropout or smoothing rate); ``one``: 1 allowed too,
+    ``[0, 1]``; ``zero=False``: 0 refused, ``(0, 1)`` or ``(0, 1]``."""
+    interval = f"{'[' if zero else '('}0, 1{']' if one else ')'}"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        inside = False
+    else:
+        p = float(value)
+        inside = (p >= 0.0 if zero else p > 0.0) and (p <= 1.0 if one else p < 1.0)
+    if not inside:
+        raise ValueError(f"{where}: {name} must lie in {interval}, got {value!r}")
     return float(value)
 
 
-def finite_real(where: str, name: str, value: object, *, above: float | None = None) -> float:
-    """``value`` as a float if it is a finite real (and greater than ``above``, when given)."""
+def finite_real(where: str, name: str, value: object, *, above: float | None = None,
+                at_least: float | None = None) -> float:
+    """``value`` as a float if it is a finite real (and greater than ``above``, or at least
+    ``at_least``, when given)."""
     if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value))
-            or (above is not None and not float(value) > above)):
+            or (above is not None and not float(value) > above)
+            or (at_least is not None and not float(value) >= at_least)):
         bound = "" if above is None else f" > {above:g}"
+        bound += "" if at_least is None else f" >= {at_least:g}"
         raise ValueError(f"{where}: {name} must be a finite real{bound}, got {value!r}")
     return float(value)
+
+
+def boolean(where: str, **values: object) -> None:
+    """Each keyword argument is a bool (``True`` or ``False``; not 0, 1 or None)."""
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: {name} must be a bool (True or False), got {value!r}")
+
+
+def choice(where: str, name: str, value: object, options: Iterable[object]) -> object:
+    """``value`` if it is one of ``options`` (names, or ``None``); else a ValueError that lists them."""
+    options = tuple(options)
+    if not any(value is option or (isinstance(value, type(option)) and value == option) for option in options):
+        known = f"one of {', '.join(map(repr, options[:-1]))} or {options[-1]!r}" if len(options) > 1 else repr(*options)
+        raise ValueError(f"{where}: {name} must be {known}, got {value!r}")
+    return value
 
 
 def token_ids(where: str, ids: Iterable[int], size: int, *, kinds: type | tuple[type, ...] = int) -> list[int]:
@@ -88,6 +119,8 @@ def text(where: str, value: object) -> str:
 def id_tensor(where: str, name: str, value: object, shape: str = "(B, m)") -> torch.Tensor:
     """``value`` if it is an integer tensor (not bool, float or complex) with as many axes as
     ``shape`` names, e.g. ``"(B, m)"``."""
+    import torch
+
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{where}: {name} must be a torch.Tensor, got {type(value).__name__}")
     if value.dim() != shape.count(",") + 1:

@@ -25,7 +25,6 @@ chapter 9's GPT (:class:`~transformer_book.contracts.LanguageModel`), given a pr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,12 +39,13 @@ __all__ = ["greedy_decode", "translate", "filter_top_k", "filter_top_p", "next_t
            "length_penalty", "beam_search"]
 
 
-def _check_src(src: torch.Tensor, where: str) -> None:
+def _check_src(src: torch.Tensor, where: str, name: str = "src") -> None:
+    """A non-empty ``(B, m)`` integer tensor (``src``, or ``name``: the prompt)."""
     if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.dtype.is_floating_point or src.dtype == torch.bool:
         what = f"shape {tuple(src.shape)}, dtype {src.dtype}" if isinstance(src, torch.Tensor) else type(src).__name__
-        raise ValueError(f"{where}: src must be a (B, m) integer tensor, got {what}")
+        raise ValueError(f"{where}: {name} must be a (B, m) integer tensor, got {what}")
     if src.shape[0] == 0 or src.shape[1] == 0:
-        raise ValueError(f"{where}: src has shape {tuple(src.shape)}; it needs at least one sentence and one token")
+        raise ValueError(f"{where}: {name} has shape {tuple(src.shape)}; it needs at least one sentence and one token")
 
 
 def _max_len(model: nn.Module) -> int | None:
@@ -195,8 +195,12 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     Raises:
         ValueError: ``k`` is not a positive int.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"filter_top_k: k must be a positive int, got {k!r}")
+    checks.positive_int("filter_top_k", k=k)
+    return _top_k(logits, k)
+
+
+def _top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`filter_top_k` with a ``k`` the caller has checked."""
     k = min(k, logits.shape[-1])
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]            # (..., 1): the k-th highest
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -204,8 +208,7 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 def _check_top_p(where: str, p: float, logits: torch.Tensor) -> None:
     """``p`` in (0, 1], and ``logits`` without NaN."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
-        raise ValueError(f"{where}: p must lie in (0, 1], got {p!r}")
+    checks.probability(where, "p", p, zero=False, one=True)
     if torch.isnan(logits).any():
         raise ValueError(f"{where}: logits hold NaN")
 
@@ -236,18 +239,25 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(above >= p, float("-inf"))
 
 
-def _check_sampling(logits: torch.Tensor, temperature: float, top_p: float | None) -> None:
-    """A finite non-negative temperature, and logits without NaN: checked here unless
-    :func:`filter_top_p` will check them (one pass over the logits, not two)."""
-    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature)
-            or temperature < 0):
-        raise ValueError(f"next_token_distribution: temperature must be a finite non-negative number, got {temperature!r}")
+def _check_sampling(where: str, temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """The settings of sampling: a finite ``temperature >= 0``, a positive int ``top_k`` and a
+    ``top_p`` in (0, 1] (``None``: no such filter)."""
+    checks.finite_real(where, "temperature", temperature, at_least=0)
+    if top_k is not None:
+        checks.positive_int(where, top_k=top_k)
+    if top_p is not None:
+        checks.probability(where, "top_p", top_p, zero=False, one=True)
+
+
+def _check_logits(where: str, logits: torch.Tensor, temperature: float, top_p: float | None) -> None:
+    """Logits without NaN (checked here unless :func:`filter_top_p` will check them: one pass over
+    the logits, not two) or +inf, and no row that is -inf everywhere."""
     if (top_p is None or temperature == 0) and torch.isnan(logits).any():
-        raise ValueError("next_token_distribution: logits hold NaN (a diverged model, or a bad input)")
+        raise ValueError(f"{where}: logits hold NaN (a diverged model, or a bad input)")
     if torch.isposinf(logits).any():
-        raise ValueError("next_token_distribution: logits hold +inf (a diverged model, or a bad input)")
+        raise ValueError(f"{where}: logits hold +inf (a diverged model, or a bad input)")
     if logits.numel() and torch.isneginf(logits).all(dim=-1).any():
-        raise ValueError("next_token_distribution: a row of logits is -inf everywhere: every token is excluded, "
+        raise ValueError(f"{where}: a row of logits is -inf everywhere: every token is excluded, "
                          "and there is no distribution to draw from")
 
 
@@ -265,12 +275,20 @@ def next_token_distribution(
         ValueError: a negative, infinite or NaN temperature, NaN or +inf logits, a row of
             logits that is -inf everywhere, or a bad ``top_k`` or ``top_p``.
     """
-    _check_sampling(logits, temperature, top_p)
+    _check_sampling("next_token_distribution", temperature, top_k, top_p)
+    return _distribution("next_token_distribution", logits, temperature, top_k, top_p)
+
+
+def _distribution(where: str, logits: torch.Tensor, temperature: float, top_k: int | None,
+                  top_p: float | None) -> torch.Tensor:
+    """:func:`next_token_distribution` with settings the caller has checked (:func:`generate`
+    checks them once, not at every step); the logits, new at every step, are checked here."""
+    _check_logits(where, logits, temperature, top_p)
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(torch.float32)
     scaled = logits.float() / temperature
     if top_k is not None:
-        scaled = filter_top_k(scaled, top_k)
+        scaled = _top_k(scaled, top_k)
     if top_p is not None:
         scaled = filter_top_p(scaled, top_p)
     return torch.softmax(scaled, dim=-1)
@@ -303,14 +321,14 @@ class _Session:
         self.model, self.use_cache = model, use_cache
         self.seq2seq = conforms(model, EncoderDecoder)
         if not self.seq2seq and not conforms(model, CachedLanguageModel if use_cache else LanguageModel):
-            raise TypeError(f"decoding: {type(model).__name__} is neither an encoder-decoder (encode, decode, "
+            raise TypeError(f"{where}: {type(model).__name__} is neither an encoder-decoder (encode, decode, "
                             "decode_step, output) nor a language model (callable on ids"
                             f"{', with decode_step for use_cache=True' if use_cache else ''}); see "
                             "transformer_book.contracts")
         if self.seq2seq:
             if src is None or prompt is not None:
-                raise ValueError("decoding: an encoder-decoder model needs src (and no prompt)")
-            _check_src(src, "decoding")
+                raise ValueError(f"{where}: an encoder-decoder model needs src (and no prompt)")
+            _check_src(src, where)
             _check_max_new_tokens(model, max_new_tokens, 1, where)
             was_training = model.training
             model.eval()  # the memory is encoded once, here: without dropout, whatever the caller's mode
@@ -321,8 +339,8 @@ class _Session:
             self.prefix = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)
         else:
             if prompt is None or src is not None:
-                raise ValueError("decoding: a decoder-only model needs a prompt (and no src)")
-            _check_src(prompt, "decoding")
+                raise ValueError(f"{where}: a decoder-only model needs a prompt (and no src)")
+            _check_src(prompt, where, "prompt")
             _check_max_new_tokens(model, max_new_tokens, prompt.shape[1], where)
             self.memory = self.src_mask = None
             self.prefix = prompt
@@ -351,8 +369,7 @@ class _Session:
 
 
 def _check_max_new_tokens(model: nn.Module, max_new_tokens: int, start: int, where: str) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"{where}: max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    checks.positive_int(where, max_new_tokens=max_new_tokens)
     limit = _max_len(model)
     if limit is not None and start + max_new_tokens - 1 > limit:
         raise ValueError(f"{where}: {start} prefix tokens + {max_new_tokens} new ones need "
@@ -388,7 +405,13 @@ def generate(
 
     Returns:
         ``(B, T)`` new token ids, ``T <= max_new_tokens`` (the prompt or SOS not included).
+
+    Raises:
+        ValueError: a bad ``src`` or ``prompt``, ``max_new_tokens`` not a positive int or beyond
+            the model's positions, or a sampling setting that :func:`next_token_distribution`
+            would refuse (checked once, whatever the temperature).
     """
+    _check_sampling("generate", temperature, top_k, top_p)
     session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
                        max_new_tokens=max_new_tokens, where="generate")
     was_training = model.training
@@ -401,7 +424,7 @@ def generate(
             if temperature == 0:
                 token = logits.argmax(dim=-1)
             else:
-                probs = next_token_distribution(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+                probs = _distribution("generate", logits, temperature, top_k, top_p)
                 token = torch.multinomial(probs, 1, generator=generator)[:, 0]
             token = token.masked_fill(finished, pad_id)
             new.append(token)
@@ -424,10 +447,8 @@ def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Te
 
 def _check_beam(beam_size: int, normalize: str | None, shrink: bool, where: str = "beam_search") -> None:
     checks.positive_int(where, beam_size=beam_size)
-    if normalize not in (None, "length", "gnmt"):
-        raise ValueError(f"{where}: normalize must be None, 'length' or 'gnmt', got {normalize!r}")
-    if not isinstance(shrink, bool):
-        raise ValueError(f"{where}: shrink must be a bool (True or False), got {shrink!r}")
+    checks.choice(where, "normalize", normalize, (None, "length", "gnmt"))
+    checks.boolean(where, shrink=shrink)
 
 
 @torch.no_grad()

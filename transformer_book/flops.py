@@ -68,9 +68,9 @@ def gpt_flops_per_token(config: GPTConfig, context: int | None = None) -> float:
     """
     if not isinstance(config, GPTConfig):
         raise ValueError(f"gpt_flops_per_token: config must be a GPTConfig, got {type(config).__name__}")
-    n = config.context if context is None else context
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= config.context:
-        raise ValueError(f"gpt_flops_per_token: context must be an int in [1, {config.context}], got {context!r}")
+    n = config.context if context is None else checks.integer("gpt_flops_per_token", "context", context, minimum=1)
+    if n > config.context:
+        raise ValueError(f"gpt_flops_per_token: context={n} exceeds the model's context of {config.context} positions")
     d, layers = config.d_model, config.n_layers
     weights = layers * (4 * d * d + 2 * d * config.ff_width) + d * config.vocab_size
     return float(6 * weights + 12 * layers * n * d)
@@ -114,8 +114,7 @@ class Cost(NamedTuple):
 def _check_cost(where: str, bidirectional: object = True, **sizes: object) -> None:
     """Each of ``sizes`` a positive int, and ``bidirectional`` a bool."""
     checks.positive_int(where, **sizes)
-    if not isinstance(bidirectional, bool):
-        raise ValueError(f"{where}: bidirectional must be a bool, got {bidirectional!r}")
+    checks.boolean(where, bidirectional=bidirectional)
 
 
 def transformer_encoder_cost(n: int, d_model: int, d_ff: int, n_layers: int = 1) -> Cost:

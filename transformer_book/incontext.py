@@ -17,6 +17,7 @@ from math import comb
 import torch
 import torch.nn.functional as F
 
+from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX, InContextBatch
 from transformer_book.data.incontext import InContextTask
 from transformer_book.models.gpt import GPT
@@ -33,8 +34,7 @@ def _check(model: GPT, task: InContextTask, n: int, where: str) -> None:
     if model.config.vocab_size != task.vocab_size or model.config.context < task.length - 1:
         raise ValueError(f"{where}: the model (vocabulary {model.config.vocab_size}, context {model.config.context}) "
                          f"does not fit the task (vocabulary {task.vocab_size}, {task.length - 1} positions)")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{where}: n must be a positive int, got {n!r}")
+    checks.positive_int(where, n=n)
 
 
 @torch.no_grad()
@@ -75,8 +75,7 @@ def ideal_accuracy(task: InContextTask, k: int) -> float:
     query's group has been shown and otherwise guesses among the labels not yet shown:
     :math:`1 - q^k + q^k / (L - s)`, averaged over how many other groups :math:`s` were shown,
     with :math:`q = 1 - 1/G` (computed exactly by summing over the demonstrations' groups)."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"ideal_accuracy: k must be a non-negative int, got {k!r}")
+    checks.non_negative_int("ideal_accuracy", k=k)
     G, L = task.n_groups, task.n_labels
     # P(the query's group unseen, and exactly s other groups seen) = C(G-1, s) * P(k draws cover a given s-set)
     unseen = 0.0
@@ -92,8 +91,7 @@ def _attention_weights(model: GPT, task: InContextTask, layer: int, split: str, 
     """``n`` sequences of ``split`` ``(n, positions)`` and the attention weights of ``layer`` on
     them, ``(n, heads, positions, positions)`` on the CPU, computed in eval mode (restored after)."""
     _check(model, task, n, where)
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < model.config.n_layers:
-        raise ValueError(f"{where}: layer must be an int in [0, {model.config.n_layers}), got {layer!r}")
+    checks.integer(where, "layer", layer, minimum=0, below=model.config.n_layers)
     _, _, x = _logits(model, task, split, n, seed)
     was_training = model.training
     model.eval()

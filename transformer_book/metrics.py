@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from transformer_book import checks
+
 __all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap", "distinct_n", "span_scores"]
 
 
@@ -126,8 +128,7 @@ def paired_bootstrap(
 
     _check_pair(baseline, references, "paired_bootstrap")
     _check_pair(system, references, "paired_bootstrap")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"paired_bootstrap: n_samples must be a positive int, got {n_samples!r}")
+    checks.positive_int("paired_bootstrap", n_samples=n_samples)
     test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
                       [list(references)], test_type="bs", n_samples=n_samples)
     _, scores = test()
@@ -147,8 +148,7 @@ def distinct_n(sentences: Sequence[str], n: int) -> float:
     Raises:
         ValueError: ``n < 1``, non-string sentences, or no n-gram at all.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"distinct_n: n must be a positive int, got {n!r}")
+    checks.positive_int("distinct_n", n=n)
     if isinstance(sentences, str) or not all(isinstance(t, str) for t in sentences):
         raise ValueError("distinct_n: sentences must be a sequence of strings")
     grams = [tuple(words[i:i + n]) for words in (t.split() for t in sentences) for i in range(len(words) - n + 1)]

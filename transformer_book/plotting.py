@@ -82,9 +82,7 @@ def panels(n: int, *, max_columns: int = 2, panel_height: float = 3.2, width: fl
     """
     import matplotlib.pyplot as plt
 
-    for name, value in (("n", n), ("max_columns", max_columns)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"panels: {name} must be a positive integer, got {value!r}")
+    checks.positive_int("panels", n=n, max_columns=max_columns)
     columns = min(n, max_columns)
     rows = -(-n // columns)
     fig, grid = plt.subplots(rows, columns, figsize=(width, panel_height * rows), squeeze=False,

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from transformer_book import checks
+
 __all__ = [
     "PROFILES",
     "profile",
@@ -110,11 +112,9 @@ def seed_everything(seed: int, *, deterministic: bool = True, threads: int | Non
     Raises:
         ValueError: for a seed that is not a non-negative int, or threads < 1.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    checks.non_negative_int("seed_everything", seed=seed)
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        checks.positive_int("seed_everything", threads=threads)
         torch.set_num_threads(threads)
     random.seed(seed)
     np.random.seed(seed % 2**32)

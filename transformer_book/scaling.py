@@ -91,9 +91,7 @@ def _scalar_or_array(x: np.ndarray) -> float | np.ndarray:
 def _check_law(law: ScalingLaw) -> None:
     r"""Finite constants, :math:`E \ge 0`, :math:`A, B > 0`."""
     for name in ("E", "A", "B", "alpha", "beta"):
-        value = getattr(law, name)
-        if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-            raise ValueError(f"ScalingLaw: {name} must be a finite real, got {value!r}")
+        checks.finite_real("ScalingLaw", name, getattr(law, name))
     if law.E < 0 or law.A <= 0 or law.B <= 0:
         raise ValueError(f"ScalingLaw: need E >= 0, A > 0 and B > 0, got E={law.E!r}, A={law.A!r}, B={law.B!r}")
 

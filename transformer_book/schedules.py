@@ -70,8 +70,7 @@ def warmup_cosine(
     checks.positive_int("warmup_cosine", total_steps=total_steps)
     if warmup_steps >= total_steps:
         raise ValueError(f"warmup_cosine: warmup_steps={warmup_steps} must be below total_steps={total_steps}")
-    if not 0.0 <= min_ratio <= 1.0:
-        raise ValueError(f"warmup_cosine: min_ratio must lie in [0, 1], got {min_ratio}")
+    checks.probability("warmup_cosine", "min_ratio", min_ratio, one=True)
 
     def factor(step: int) -> float:
         s = step + 1
@@ -92,8 +91,7 @@ def make_schedule(name: str, optimizer: torch.optim.Optimizer, *, warmup_steps: 
                   min_ratio: float = 0.0) -> LambdaLR:
     """The schedule ``name`` (one of ``SCHEDULES``) on ``optimizer``; ``total_steps`` and
     ``min_ratio`` matter to ``"cosine"`` only."""
-    if name not in SCHEDULES:
-        raise ValueError(f"make_schedule: unknown schedule {name!r}; known: {', '.join(SCHEDULES)}")
+    checks.choice("make_schedule", "name", name, SCHEDULES)
     if name == "inverse_sqrt":
         return warmup_inverse_sqrt(optimizer, warmup_steps)
     if name == "cosine":

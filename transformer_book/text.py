@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from transformer_book import checks
+
 __all__ = ["tokenize_words", "Vocab"]
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})  # typographic forms
@@ -83,8 +85,7 @@ class Vocab:
     @classmethod
     def build(cls, tokens: Iterable[str], min_count: int = 1) -> Vocab:
         """Keep every token seen at least ``min_count`` times."""
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"Vocab.build: min_count must be a positive int, got {min_count!r}")
+        checks.positive_int("Vocab.build", min_count=min_count)
         if isinstance(tokens, (str, bytes)):  # a str iterates over its characters: almost never meant
             raise ValueError(f"Vocab.build: tokens must be an iterable of tokens, got a {type(tokens).__name__} "
                              "(split it first, e.g. text.tokenize_words(s); for characters pass list(s))")

@@ -208,8 +208,7 @@ def _check_tiled(where: str, q: object, k: object, v: object, mask: object = Non
                              f"shape {scores} (B, h, n, m)")
         if mask.device != q.device:
             raise ValueError(f"{where}: mask is on {mask.device}, q on {q.device}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"{where}: causal must be a bool, got {causal!r}")
+    checks.boolean(where, causal=causal)
     checks.positive_int(where, block_q=block_q, block_k=block_k)
     if scale is not None:
         checks.finite_real(where, "scale", scale)

@@ -110,38 +110,28 @@ class TrainConfig:
     attention_kernel: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("steps", "eval_every", "log_every", "checkpoint_every"):
-            checks.integer("TrainConfig", name, getattr(self, name), minimum=1)
+        checks.positive_int("TrainConfig", steps=self.steps, eval_every=self.eval_every, log_every=self.log_every,
+                            checkpoint_every=self.checkpoint_every)
         checks.non_negative_int("TrainConfig", warmup_steps=self.warmup_steps, seed=self.seed)
-        for name in ("lr", "weight_decay", "min_lr_ratio", "smoothing"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"TrainConfig: {name} must be a finite number, got {value!r}")
-        if not self.lr > 0:
-            raise ValueError(f"TrainConfig: lr must be positive, got {self.lr}")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"TrainConfig: weight_decay must be non-negative, got {self.weight_decay}")
+        checks.finite_real("TrainConfig", "lr", self.lr, above=0)
+        checks.finite_real("TrainConfig", "weight_decay", self.weight_decay, at_least=0)
+        checks.probability("TrainConfig", "smoothing", self.smoothing)
+        checks.probability("TrainConfig", "min_lr_ratio", self.min_lr_ratio, one=True)
         self.betas = tuple(self.betas)
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainConfig: betas must be two numbers in [0, 1), got {self.betas}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"TrainConfig: schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        checks.choice("TrainConfig", "schedule", self.schedule, SCHEDULES)
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
             raise ValueError("TrainConfig: schedule 'inverse_sqrt' needs warmup_steps >= 1")
         if self.schedule == "cosine" and self.warmup_steps >= self.steps:
             raise ValueError(f"TrainConfig: warmup_steps={self.warmup_steps} must be below steps={self.steps} for 'cosine'")
-        if not 0.0 <= self.smoothing < 1.0:
-            raise ValueError(f"TrainConfig: smoothing must lie in [0, 1), got {self.smoothing}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"TrainConfig: min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ValueError(f"TrainConfig: time_budget_s must be positive or None, got {self.time_budget_s}")
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise ValueError(f"TrainConfig: clip_norm must be positive or None, got {self.clip_norm}")
         if self.compile not in (None, True, False):
             raise ValueError(f"TrainConfig: compile must be None, True or False, got {self.compile!r}")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(f"TrainConfig: compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+        checks.choice("TrainConfig", "compile_mode", self.compile_mode, COMPILE_MODES)
         if self.attention_kernel is not None and self.attention_kernel not in ATTENTION_KERNELS:
             raise ValueError(f"TrainConfig: attention_kernel must be None or one of {ATTENTION_KERNELS}, "
                              f"got {self.attention_kernel!r}")

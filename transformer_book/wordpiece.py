@@ -158,11 +158,8 @@ class WordPieceTokenizer:
                 or too small for the specials and the characters of the text (the message
                 says how many are needed), ``min_frequency`` not a positive int.
         """
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= len(SPECIAL_TOKENS):
-            raise ValueError(f"WordPieceTokenizer.train: vocab_size must be an int > {len(SPECIAL_TOKENS)}, "
-                             f"got {vocab_size!r}")
-        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ValueError(f"WordPieceTokenizer.train: min_frequency must be a positive int, got {min_frequency!r}")
+        checks.integer("WordPieceTokenizer.train", "vocab_size", vocab_size, minimum=len(SPECIAL_TOKENS) + 1)
+        checks.positive_int("WordPieceTokenizer.train", min_frequency=min_frequency)
         if isinstance(texts, str):
             raise ValueError("WordPieceTokenizer.train: texts must be an iterable of str, got one str")
         counts = _word_counts(texts)

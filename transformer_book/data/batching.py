@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from transformer_book import checks
 from transformer_book.contracts import BatchTokenizer, Seq2SeqBatch, pad_sequences
 from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
 
@@ -91,8 +92,8 @@ def encode_pairs(
     Raises:
         ValueError: ``max_len`` is not a positive int.
     """
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2):
-        raise ValueError(f"encode_pairs: max_len must be an int >= 2, got {max_len!r}")
+    if max_len is not None:
+        checks.integer("encode_pairs", "max_len", max_len, minimum=2)
     target_tokenizer = target_tokenizer or source_tokenizer
     sources = source_tokenizer.encode_batch([s for s, _ in pairs])
     targets = target_tokenizer.encode_batch([t for _, t in pairs])
@@ -152,11 +153,9 @@ class BucketedBatches:
     ) -> None:
         if len(examples) == 0:
             raise ValueError("BucketedBatches: no examples")
-        for name, value in (("max_tokens", max_tokens), ("pool_size", pool_size), ("max_sentences", max_sentences)):
-            if value is None and name == "max_sentences":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BucketedBatches: {name} must be a positive int, got {value!r}")
+        checks.positive_int("BucketedBatches", max_tokens=max_tokens, pool_size=pool_size)
+        if max_sentences is not None:
+            checks.positive_int("BucketedBatches", max_sentences=max_sentences)
         self.examples = examples
         self.lengths = np.array([max(len(s), len(t)) + 1 for s, t in examples])
         longest = int(self.lengths.max())
@@ -195,12 +194,13 @@ class BucketedBatches:
 
     def epoch(self, epoch: int) -> list[np.ndarray]:
         """The batches of ``epoch`` (0-based) as arrays of example indices, in training order."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"BucketedBatches.epoch: epoch must be a non-negative int, got {epoch!r}")
-        if not self.shuffle:
-            epoch = 0
+        checks.non_negative_int("BucketedBatches.epoch", epoch=epoch)
+        return self._epoch(epoch)
+
+    def _epoch(self, epoch: int) -> list[np.ndarray]:
+        """:meth:`epoch` of an ``epoch`` the caller has checked (or computed)."""
         with self._lock:
-            return self._cached_epoch(epoch)
+            return self._cached_epoch(epoch if self.shuffle else 0)
 
     def _cached_epoch(self, epoch: int) -> list[np.ndarray]:
         if epoch not in self._epochs:
@@ -223,17 +223,20 @@ class BucketedBatches:
 
     def __len__(self) -> int:
         """Batches in epoch 0 (other epochs differ by a few batches at most)."""
-        return len(self.epoch(0))
+        return len(self._epoch(0))
 
     def locate(self, step: int) -> tuple[int, int]:
         """``(epoch, batch index within it)`` of global step ``step``."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"BucketedBatches: step must be a non-negative int, got {step!r}")
+        checks.non_negative_int("BucketedBatches", step=step)
+        return self._locate(step)
+
+    def _locate(self, step: int) -> tuple[int, int]:
+        """:meth:`locate` of a ``step`` the caller has checked."""
         if not self.shuffle:
             return 0, step % len(self)
         with self._lock:
             while self._starts[-1] <= step:
-                self._starts.append(self._starts[-1] + len(self.epoch(len(self._starts) - 1)))
+                self._starts.append(self._starts[-1] + len(self._epoch(len(self._starts) - 1)))
             epoch = int(np.searchsorted(self._starts, step, side="right")) - 1
             return epoch, step - self._starts[epoch]
 
@@ -243,12 +246,13 @@ class BucketedBatches:
 
     def __call__(self, step: int) -> Seq2SeqBatch:
         """The batch of global training step ``step``."""
-        epoch, index = self.locate(step)
-        return self.batch(self.epoch(epoch)[index])
+        checks.non_negative_int("BucketedBatches", step=step)
+        epoch, index = self._locate(step)
+        return self.batch(self._epoch(epoch)[index])
 
     def __iter__(self) -> Iterator[Seq2SeqBatch]:
         """The batches of one epoch (epoch 0, or the sorted epoch with ``shuffle=False``)."""
-        return (self.batch(indices) for indices in self.epoch(0))
+        return (self.batch(indices) for indices in self._epoch(0))
 
     def padding_share(self, epoch: int = 0) -> float:
         """The share of padded positions (on the longer side) in ``epoch``'s batches."""
@@ -273,16 +277,13 @@ class RandomWindows:
     def __init__(self, ids: torch.Tensor, context: int, batch_size: int, *, seed: int = 0) -> None:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
             raise ValueError("RandomWindows: ids must be a 1-D integer tensor")
-        for name, value in (("context", context), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RandomWindows: {name} must be a positive int, got {value!r}")
+        checks.positive_int("RandomWindows", context=context, batch_size=batch_size)
         if ids.numel() <= context:
             raise ValueError(f"RandomWindows: {ids.numel()} tokens are too few for windows of context {context} plus a target")
         self.ids, self.context, self.batch_size, self.seed = ids.long(), context, batch_size, seed
 
     def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"RandomWindows: step must be a non-negative int, got {step!r}")
+        checks.non_negative_int("RandomWindows", step=step)
         rng = np.random.default_rng([self.seed, step])
         starts = torch.from_numpy(rng.integers(0, self.ids.numel() - self.context, self.batch_size))
         offsets = torch.arange(self.context)

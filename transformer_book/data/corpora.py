@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from transformer_book import checks
 from transformer_book.data.download import fetch
 
 ODYSSEY_CLEAN_SHA256 = "cce6dd911ea4334257f8beab271bd3a008e721d4db49606d8bb3ab96b14f1e7c"
@@ -105,8 +106,7 @@ def char_corpus(text: str, train_share: float = 0.9) -> CharCorpus:
     """
     if not isinstance(text, str) or not text:
         raise ValueError("char_corpus: text must be a non-empty str")
-    if not 0.0 < train_share < 1.0:
-        raise ValueError(f"char_corpus: train_share must lie in (0, 1), got {train_share!r}")
+    checks.probability("char_corpus", "train_share", train_share, zero=False)
     chars = sorted(set(text))
     stoi = {c: i for i, c in enumerate(chars)}
     ids = torch.tensor([stoi[c] for c in text], dtype=torch.long)

@@ -45,8 +45,7 @@ SPLITS = ("train", "test")
 
 def _check_sample(n: int, split: str) -> None:
     checks.positive_int("InContextTask.sample", n=n)
-    if split not in SPLITS:
-        raise ValueError(f"InContextTask.sample: split must be one of {SPLITS}, got {split!r}")
+    checks.choice("InContextTask.sample", "split", split, SPLITS)
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,8 @@ class InContextTask:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("n_groups", "items_per_group", "n_labels", "n_pairs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"InContextTask: {name} must be a positive int, got {value!r}")
+        checks.positive_int("InContextTask", n_groups=self.n_groups, items_per_group=self.items_per_group,
+                            n_labels=self.n_labels, n_pairs=self.n_pairs)
         if self.n_groups < 2:
             raise ValueError(f"InContextTask: n_groups must be at least 2 (one group needs no context), got {self.n_groups}")
         if self.n_labels < self.n_groups:
@@ -79,8 +76,7 @@ class InContextTask:
         if math.perm(self.n_labels, self.n_groups) > 1_000_000:
             raise ValueError(f"InContextTask: {math.perm(self.n_labels, self.n_groups):,} assignments are too many "
                              f"to enumerate; use fewer labels or groups")
-        if not 0.0 < self.held_out < 1.0:
-            raise ValueError(f"InContextTask: held_out must lie in (0, 1), got {self.held_out}")
+        checks.probability("InContextTask", "held_out", self.held_out, zero=False)
         patterns = math.perm(self.n_labels - 1, self.n_groups - 1)
         if patterns < 2:
             raise ValueError(f"InContextTask: {self.n_labels} labels for {self.n_groups} groups give {patterns} rotation "
@@ -88,8 +84,7 @@ class InContextTask:
         if max(1, round(self.held_out * patterns)) >= patterns:
             raise ValueError(f"InContextTask: held_out={self.held_out} of {patterns} rotation classes leaves none "
                              f"for training")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"InContextTask: seed must be a non-negative int, got {self.seed!r}")
+        checks.non_negative_int("InContextTask", seed=self.seed)
 
     @property
     def bos_id(self) -> int:
@@ -120,8 +115,7 @@ class InContextTask:
     def assignments(self, split: str) -> torch.Tensor:
         """``(K, n_groups)`` label indices (0-based, into :attr:`label_ids`): row ``k`` gives group
         ``g`` the label ``row[g]``. ``"train"`` and ``"test"`` share no row."""
-        if split not in SPLITS:
-            raise ValueError(f"InContextTask.assignments: split must be one of {SPLITS}, got {split!r}")
+        checks.choice("InContextTask.assignments", "split", split, SPLITS)
         return _assignments(self, split).clone()
 
     def sample(self, n: int, generator: torch.Generator, *, split: str = "train") -> torch.Tensor:
@@ -174,15 +168,12 @@ class InContextBatches:
     def __init__(self, task: InContextTask, batch_size: int, *, seed: int = 0) -> None:
         if not isinstance(task, InContextTask):
             raise ValueError(f"InContextBatches: task must be an InContextTask, got {type(task).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"InContextBatches: batch_size must be a positive int, got {batch_size!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"InContextBatches: seed must be a non-negative int, got {seed!r}")
+        checks.positive_int("InContextBatches", batch_size=batch_size)
+        checks.non_negative_int("InContextBatches", seed=seed)
         self.task, self.batch_size, self.seed = task, batch_size, seed
 
     def __call__(self, step: int) -> InContextBatch:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"InContextBatches: step must be a non-negative int, got {step!r}")
+        checks.non_negative_int("InContextBatches", step=step)
         seed = np.random.SeedSequence([self.seed, step]).generate_state(1, dtype=np.uint64)[0]
         generator = torch.Generator().manual_seed(int(seed))
         return self.task.batch(self.task.sample(self.batch_size, generator))

@@ -41,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX, PretrainingBatch, Tokenizer
 from transformer_book.data.wikitext import read_split
 from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
@@ -55,8 +56,12 @@ _SENTENCE_ENDS = frozenset({".", "?", "!"})
 _MARKER = re.compile(r" ?@([-,.])@ ?")
 
 
+_INTS = (int, np.integer)
+"""The integer types these functions take (NumPy's too: counts and ids often come from arrays)."""
+
+
 def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, _INTS) and not isinstance(value, (bool, np.bool_))
 
 
 # ----------------------------------------------------------------------------- documents
@@ -165,10 +170,8 @@ def _check_documents(documents: Sequence[Sequence[str]], next_prob: float, seed:
     if isinstance(documents, str) or len(documents) < 2:
         raise ValueError(f"make_sentence_pairs: documents must be a list of at least 2 documents (lists of "
                          f"sentences), got {len(documents) if not isinstance(documents, str) else 'a str'}")
-    if isinstance(next_prob, bool) or not isinstance(next_prob, (int, float)) or not 0.0 <= next_prob <= 1.0:
-        raise ValueError(f"make_sentence_pairs: next_prob must lie in [0, 1], got {next_prob!r}")
-    if not _is_int(seed) or seed < 0:
-        raise ValueError(f"make_sentence_pairs: seed must be a non-negative int, got {seed!r}")
+    checks.probability("make_sentence_pairs", "next_prob", next_prob, one=True)
+    checks.integer("make_sentence_pairs", "seed", seed, minimum=0, kinds=_INTS)
     for index, document in enumerate(documents):
         if isinstance(document, str) or len(document) == 0:
             raise ValueError(f"make_sentence_pairs: document {index} must be a non-empty list of sentences, "
@@ -432,12 +435,9 @@ def pack_documents(tokenizer: Tokenizer, documents: Sequence[Sequence[str]], max
             outside ``[0, 1]``, a non-int ``seed``, or no sentence that encodes to any piece.
     """
     check_max_len(max_len, "pack_documents")
-    if not isinstance(nsp, bool):
-        raise ValueError(f"pack_documents: nsp must be a bool, got {nsp!r}")
-    if isinstance(next_prob, bool) or not isinstance(next_prob, (int, float)) or not 0.0 <= next_prob <= 1.0:
-        raise ValueError(f"pack_documents: next_prob must lie in [0, 1], got {next_prob!r}")
-    if not _is_int(seed) or seed < 0:
-        raise ValueError(f"pack_documents: seed must be a non-negative int, got {seed!r}")
+    checks.boolean("pack_documents", nsp=nsp)
+    checks.probability("pack_documents", "next_prob", next_prob, one=True)
+    checks.integer("pack_documents", "seed", seed, minimum=0, kinds=_INTS)
     if isinstance(documents, str) or len(documents) < (2 if nsp else 1):
         raise ValueError(f"pack_documents: documents must be a list of at least {2 if nsp else 1} documents "
                          f"(lists of sentences)")
@@ -519,16 +519,12 @@ def maskable_positions(tokens: torch.Tensor, special_ids: Sequence[int]) -> torc
 
 def _check_masking(where: str, *, mask_id: int, vocab_size: int, first_normal_id: int, select_prob: float,
                    mask_prob: float, random_prob: float) -> None:
-    if not _is_int(vocab_size) or vocab_size < 1:
-        raise ValueError(f"{where}: vocab_size must be a positive int, got {vocab_size!r}")
-    for name, value in (("mask_id", mask_id), ("first_normal_id", first_normal_id)):
-        if not _is_int(value) or not 0 <= value < vocab_size:
-            raise ValueError(f"{where}: {name} must be an int in [0, {vocab_size}), got {value!r}")
-    for name, value in (("select_prob", select_prob), ("mask_prob", mask_prob), ("random_prob", random_prob)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"{where}: {name} must lie in [0, 1], got {value!r}")
-    if select_prob == 0:
-        raise ValueError(f"{where}: select_prob must lie in (0, 1], got 0 (nothing to predict)")
+    checks.integer(where, "vocab_size", vocab_size, minimum=1, kinds=_INTS)
+    checks.integer(where, "mask_id", mask_id, minimum=0, below=vocab_size, kinds=_INTS)
+    checks.integer(where, "first_normal_id", first_normal_id, minimum=0, below=vocab_size, kinds=_INTS)
+    checks.probability(where, "select_prob", select_prob, zero=False, one=True)  # 0: nothing to predict
+    checks.probability(where, "mask_prob", mask_prob, one=True)
+    checks.probability(where, "random_prob", random_prob, one=True)
     if mask_prob + random_prob > 1.0 + 1e-9:
         raise ValueError(f"{where}: mask_prob + random_prob must be at most 1, got {mask_prob} + {random_prob}")
 
@@ -664,12 +660,9 @@ class PretrainingBatches:
                              f"got {type(pairs).__name__}")
         if len(pairs) == 0:
             raise ValueError("PretrainingBatches: no pairs")
-        if not _is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"PretrainingBatches: batch_size must be a positive int, got {batch_size!r}")
-        if not _is_int(vocab_size) or vocab_size < 1:
-            raise ValueError(f"PretrainingBatches: vocab_size must be a positive int, got {vocab_size!r}")
-        if not _is_int(seed) or seed < 0:
-            raise ValueError(f"PretrainingBatches: seed must be a non-negative int, got {seed!r}")
+        checks.integer("PretrainingBatches", "batch_size", batch_size, minimum=1, kinds=_INTS)
+        checks.integer("PretrainingBatches", "vocab_size", vocab_size, minimum=1, kinds=_INTS)
+        checks.integer("PretrainingBatches", "seed", seed, minimum=0, kinds=_INTS)
         if int(pairs.ids.min()) < 0 or int(pairs.ids.max()) >= vocab_size:
             raise ValueError(f"PretrainingBatches: the pairs hold ids in [{int(pairs.ids.min())}, "
                              f"{int(pairs.ids.max())}], outside [0, {vocab_size}): another tokenizer's ids?")
@@ -689,8 +682,11 @@ class PretrainingBatches:
 
     def order(self, epoch: int) -> np.ndarray:
         """The pair indices of ``epoch`` (0-based) in visiting order."""
-        if not _is_int(epoch) or epoch < 0:
-            raise ValueError(f"PretrainingBatches.order: epoch must be a non-negative int, got {epoch!r}")
+        checks.integer("PretrainingBatches.order", "epoch", epoch, minimum=0, kinds=_INTS)
+        return self._order(epoch)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        """:meth:`order` of an ``epoch`` the caller has checked."""
         if not self.shuffle:
             return np.arange(len(self.pairs))
         if self._order_cache is None or self._order_cache[0] != epoch:
@@ -716,13 +712,12 @@ class PretrainingBatches:
 
     def __call__(self, step: int) -> PretrainingBatch:
         """The batch of global training step ``step``."""
-        if not _is_int(step) or step < 0:
-            raise ValueError(f"PretrainingBatches: step must be a non-negative int, got {step!r}")
+        checks.integer("PretrainingBatches", "step", step, minimum=0, kinds=_INTS)
         epoch, index = divmod(int(step), len(self))
         key = int(step) if self.shuffle else index
         seed = np.random.SeedSequence([self.seed, 1, key]).generate_state(1, dtype=np.uint64)[0]
         generator = torch.Generator().manual_seed(int(seed))
-        rows = self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        rows = self._order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
         return self.collate(rows, generator)
 
     def __iter__(self) -> Iterator[PretrainingBatch]:

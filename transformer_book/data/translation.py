@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from transformer_book import checks
 from transformer_book.data.download import DataError, fetch
 from transformer_book.data.registry import get_corpus
 
@@ -193,9 +194,7 @@ def split_linked_groups(pairs: Sequence[tuple[str, str]], *, val_size: int, test
         ValueError: ``val_size`` or ``test_size`` not a positive int, or the two together leave no
             group for training.
     """
-    for name, value in (("val_size", val_size), ("test_size", test_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"split_linked_groups: {name} must be a positive int, got {value!r}")
+    checks.positive_int("split_linked_groups", val_size=val_size, test_size=test_size)
     parent: dict[tuple[int, str], tuple[int, str]] = {}
 
     def root(node: tuple[int, str]) -> tuple[int, str]:

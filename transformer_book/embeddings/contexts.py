@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from transformer_book import checks
 from transformer_book.text import Vocab
 
 __all__ = [
@@ -28,12 +29,6 @@ __all__ = [
 ]
 
 
-def _check_window(window: object, caller: str) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"{caller}: window must be a positive int, got {window!r}")
-    return window
-
-
 def window_pairs(tokens: Sequence[str], window: int) -> list[tuple[str, str]]:
     """Every (word, context) pair of a sentence: each position ``t`` with each position
     ``t + delta``, ``0 < |delta| <= L``, in the order a reader meets them.
@@ -43,7 +38,7 @@ def window_pairs(tokens: Sequence[str], window: int) -> list[tuple[str, str]]:
     >>> window_pairs("the quick brown fox".split(), 2)[:5]
     [('the', 'quick'), ('the', 'brown'), ('quick', 'the'), ('quick', 'brown'), ('quick', 'fox')]
     """
-    _check_window(window, "window_pairs")
+    checks.positive_int("window_pairs", window=window)
     return [
         (tokens[t], tokens[s])
         for t in range(len(tokens))
@@ -176,7 +171,7 @@ def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator 
     Returns:
         ``centres, contexts``: two ``(P,)`` int64 arrays (tensors with a torch generator).
     """
-    _check_window(window, "skipgram_pairs")
+    checks.positive_int("skipgram_pairs", window=window)
     ids, sentence, b = _epoch_positions(corpus, window, rng, keep, reduced)
     centres, contexts = [], []
     for delta in range(1, window + 1):
@@ -198,7 +193,7 @@ def cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generator | 
     Returns:
         ``centres`` ``(P,)`` int64 and ``contexts`` ``(P, 2L)`` int64, padded with ``-1``.
     """
-    _check_window(window, "cbow_windows")
+    checks.positive_int("cbow_windows", window=window)
     ids, sentence, b = _epoch_positions(corpus, window, rng, keep, reduced)
     n = len(ids)
     contexts = torch.full((n, 2 * window), -1, dtype=torch.int64, device=ids.device)
@@ -267,7 +262,7 @@ def flat_cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generat
     ``j < l_t`` and one further on after that, and the whole epoch is gathered in one step.
     Tensors are on the CPU for a NumPy generator and on the generator's device otherwise.
     """
-    _check_window(window, "flat_cbow_windows")
+    checks.positive_int("flat_cbow_windows", window=window)
     ids, sentence, b = _epoch_positions(corpus, window, rng, keep, reduced)
     device = ids.device
     n = len(ids)

@@ -23,8 +23,7 @@ def _checked_ids(ids: np.ndarray, vocab_size: int, window: int, weighting: str) 
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"cooccurrence_matrix: ids must be a 1-D integer array, got {ids.dtype} of shape {ids.shape}")
     checks.positive_int("cooccurrence_matrix", window=window)
-    if vocab_size < 1:
-        raise ValueError(f"cooccurrence_matrix: vocab_size must be positive, got {vocab_size}")
+    checks.integer("cooccurrence_matrix", "vocab_size", vocab_size, minimum=1, kinds=(int, np.integer))
     if weighting not in CONTEXT_WEIGHTINGS:
         raise ValueError(f"cooccurrence_matrix: unknown weighting {weighting!r}; known: {', '.join(CONTEXT_WEIGHTINGS)}")
     if ids.size and (ids.min() < -1 or ids.max() >= vocab_size):

@@ -269,10 +269,8 @@ def _check_analogy_args(vectors: np.ndarray, words: Sequence[str], method: str, 
     """The arguments of :func:`analogy_accuracy` checked; ``vectors`` as a float array."""
     if method not in ("add", "mul"):
         raise ValueError(f"analogy_accuracy: method must be 'add' (3CosAdd) or 'mul' (3CosMul), got {method!r}")
-    if restrict_vocab is not None and (
-        isinstance(restrict_vocab, bool) or not isinstance(restrict_vocab, int) or restrict_vocab < 1
-    ):
-        raise ValueError(f"analogy_accuracy: restrict_vocab must be None or an int >= 1, got {restrict_vocab!r}")
+    if restrict_vocab is not None:
+        checks.positive_int("analogy_accuracy", restrict_vocab=restrict_vocab)
     return _check_vectors("analogy_accuracy", vectors, words)
 
 

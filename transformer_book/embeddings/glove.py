@@ -22,6 +22,8 @@ import torch.nn.functional as F
 # (whose absence tqdm.auto reports with a warning in notebooks).
 from tqdm.std import tqdm
 
+from transformer_book import checks
+
 __all__ = ["glove_weight", "glove_loss", "GloVeConfig", "GloVeResult", "train_glove"]
 
 _OPTIMIZERS = ("adagrad", "adam")
@@ -111,17 +113,12 @@ class GloVeConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("dim", "epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GloVeConfig: {name} must be an int >= 1, got {value!r}")
+        checks.positive_int("GloVeConfig", dim=self.dim, epochs=self.epochs, batch_size=self.batch_size)
         for name in ("x_max", "alpha", "lr"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"GloVeConfig: {name} must be a positive finite number, got {value!r}")
+            checks.finite_real("GloVeConfig", name, getattr(self, name), above=0)
         if self.optimizer not in _OPTIMIZERS:
             raise ValueError(f"GloVeConfig: optimizer must be one of {_OPTIMIZERS}, got {self.optimizer!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):  # any int: torch takes negative seeds too
             raise ValueError(f"GloVeConfig: seed must be an int, got {self.seed!r}")
 
 

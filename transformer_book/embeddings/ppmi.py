@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from transformer_book import checks
+
 __all__ = ["pmi", "ppmi"]
 
 
@@ -34,8 +36,7 @@ def pmi(counts: sp.spmatrix | np.ndarray, alpha: float = 1.0) -> np.ndarray:
 
 def _checked_counts(counts: sp.spmatrix | np.ndarray, alpha: float, shift: float) -> sp.csr_matrix:
     """The arguments of :func:`ppmi` checked, and ``counts`` as a CSR float64 matrix without stored zeros."""
-    if not 0.0 < alpha <= 1.0:
-        raise ValueError(f"ppmi: alpha must lie in (0, 1], got {alpha}")
+    checks.probability("ppmi", "alpha", alpha, zero=False, one=True)
     if shift < 1.0:
         raise ValueError(f"ppmi: shift k must be >= 1, got {shift}")
     counts = sp.csr_matrix(counts, dtype=np.float64)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from transformer_book import checks
+
 __all__ = ["cosine_similarity_matrix", "nearest_neighbours"]
 
 
@@ -37,8 +39,7 @@ def nearest_neighbours(
     if vectors.ndim != 2 or query.shape != vectors.shape[1:]:
         raise ValueError(f"nearest_neighbours: query of shape {query.shape} against vectors of shape {vectors.shape}: "
                          f"the query must be one vector (d,) of the vectors' width")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"nearest_neighbours: k must be a positive int, got {k!r}")
+    checks.integer("nearest_neighbours", "k", k, minimum=1, kinds=(int, np.integer))
     if isinstance(exclude, str):
         raise ValueError("nearest_neighbours: exclude must be a sequence of words, not one str")
     similarity = _unit_rows(vectors) @ _unit_rows(query[None, :])[0]

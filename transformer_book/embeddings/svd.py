@@ -6,6 +6,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from transformer_book import checks
+
 __all__ = ["svd_embeddings", "truncated_svd"]
 
 
@@ -14,8 +16,7 @@ def _check_rank(matrix: sp.spmatrix | np.ndarray, k: int) -> None:
     if matrix.ndim != 2:
         raise ValueError(f"truncated_svd: matrix must be 2-D, got {matrix.ndim}-D")
     smallest = min(matrix.shape)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < smallest:
-        raise ValueError(f"truncated_svd: k must be an int in [1, {smallest}), got {k!r}")
+    checks.integer("truncated_svd", "k", k, minimum=1, below=smallest)
 
 
 def truncated_svd(matrix: sp.spmatrix | np.ndarray, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

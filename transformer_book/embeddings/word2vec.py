@@ -54,8 +54,7 @@ def noise_distribution(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
     if counts.ndim != 1 or counts.size == 0 or np.any(counts <= 0):
         raise ValueError(f"noise_distribution: counts must be a non-empty 1-D array of positive counts, got shape "
                          f"{counts.shape}")
-    if not 0 <= power <= 1:
-        raise ValueError(f"noise_distribution: power must lie in [0, 1], got {power}")
+    checks.probability("noise_distribution", "power", power, one=True)
     weights = counts**power
     return weights / weights.sum()
 
@@ -199,14 +198,12 @@ def _check_config(config: Word2VecConfig) -> None:
                          f"{', '.join(ARCHITECTURES)}")
     checks.positive_int("Word2VecConfig", **{name: getattr(config, name) for name in (
         "dim", "window", "negatives", "epochs", "batch_size", "shared_negatives")})
-    if config.lr is not None and not (math.isfinite(config.lr) and config.lr > 0):
-        raise ValueError(f"Word2VecConfig: lr must be a positive number, got {config.lr!r}")
-    if not 0 < config.min_lr_ratio <= 1:
-        raise ValueError(f"Word2VecConfig: min_lr_ratio must lie in (0, 1], got {config.min_lr_ratio!r}")
+    if config.lr is not None:
+        checks.finite_real("Word2VecConfig", "lr", config.lr, above=0)
+    checks.probability("Word2VecConfig", "min_lr_ratio", config.min_lr_ratio, zero=False, one=True)
     if not config.sample >= 0:
         raise ValueError(f"Word2VecConfig: sample must be >= 0, got {config.sample!r}")
-    if not 0 <= config.noise_power <= 1:
-        raise ValueError(f"Word2VecConfig: noise_power must lie in [0, 1], got {config.noise_power!r}")
+    checks.probability("Word2VecConfig", "noise_power", config.noise_power, one=True)
     if not config.row_step_cap >= 1:
         raise ValueError(f"Word2VecConfig: row_step_cap must be >= 1, got {config.row_step_cap!r}")
 

@@ -281,13 +281,9 @@ class BiLMConfig:
     engine: str = "torch"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_embed", "d_hidden", "n_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BiLMConfig: {name} must be a positive int, got {value!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"BiLMConfig: dropout must lie in [0, 1), got {self.dropout!r}")
+        checks.positive_int("BiLMConfig", vocab_size=self.vocab_size, d_embed=self.d_embed, d_hidden=self.d_hidden,
+                            n_layers=self.n_layers)
+        checks.probability("BiLMConfig", "dropout", self.dropout)
         cutoffs = self.cutoffs
         if not isinstance(cutoffs, (tuple, list)) or any(isinstance(c, bool) or not isinstance(c, int) for c in cutoffs):
             raise ValueError(f"BiLMConfig: cutoffs must be a tuple of ints, got {cutoffs!r}")
@@ -296,9 +292,7 @@ class BiLMConfig:
             if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])) or cutoffs[0] < 1 or cutoffs[-1] >= self.vocab_size:
                 raise ValueError(f"BiLMConfig: cutoffs must increase strictly and lie in [1, vocab_size="
                                  f"{self.vocab_size}), got {tuple(cutoffs)}; use cutoffs=() for a full softmax")
-            if isinstance(self.div_value, bool) or not isinstance(self.div_value, (int, float)) \
-                    or not math.isfinite(self.div_value) or self.div_value < 1.0:
-                raise ValueError(f"BiLMConfig: div_value must be a finite number >= 1, got {self.div_value!r}")
+            checks.finite_real("BiLMConfig", "div_value", self.div_value, at_least=1)
             narrowest = int(self.d_embed // self.div_value ** len(cutoffs))
             if narrowest < 1:
                 raise ValueError(f"BiLMConfig: div_value={self.div_value} leaves the last of {len(cutoffs)} tail "

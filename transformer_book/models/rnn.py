@@ -35,6 +35,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from transformer_book import checks
 from transformer_book.attention import softmax
 from transformer_book.masks import padding_mask
 
@@ -105,9 +106,7 @@ class BahdanauAttention(nn.Module):
 
     def __init__(self, d_query: int, d_key: int, d_attention: int) -> None:
         super().__init__()
-        for name, value in (("d_query", d_query), ("d_key", d_key), ("d_attention", d_attention)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BahdanauAttention: {name} must be a positive int, got {value!r}")
+        checks.positive_int("BahdanauAttention", d_query=d_query, d_key=d_key, d_attention=d_attention)
         self.d_query, self.d_key, self.d_attention = d_query, d_key, d_attention
         self.w = nn.Linear(d_query, d_attention, bias=False)
         self.u = nn.Linear(d_key, d_attention, bias=True)
@@ -158,9 +157,7 @@ class LuongAttention(nn.Module):
 
     def __init__(self, d_query: int, d_key: int) -> None:
         super().__init__()
-        for name, value in (("d_query", d_query), ("d_key", d_key)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LuongAttention: {name} must be a positive int, got {value!r}")
+        checks.positive_int("LuongAttention", d_query=d_query, d_key=d_key)
         self.d_query, self.d_key = d_query, d_key
         self.w_a = nn.Linear(d_key, d_query, bias=False)
 
@@ -199,12 +196,9 @@ class RNNSeq2SeqConfig:
     tie_output: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_embedding", "d_hidden", "n_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"RNNSeq2SeqConfig: {name} must be a positive int, got {value!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"RNNSeq2SeqConfig: dropout must lie in [0, 1), got {self.dropout!r}")
+        checks.positive_int("RNNSeq2SeqConfig", src_vocab_size=self.src_vocab_size, tgt_vocab_size=self.tgt_vocab_size,
+                            d_embedding=self.d_embedding, d_hidden=self.d_hidden, n_layers=self.n_layers)
+        checks.probability("RNNSeq2SeqConfig", "dropout", self.dropout)
         if self.attention not in ATTENTIONS:
             raise ValueError(
                 f"RNNSeq2SeqConfig: attention must be None, 'bahdanau' or 'luong', got {self.attention!r}"
@@ -327,8 +321,12 @@ class RNNSeq2Seq(nn.Module):
             ValueError: if ``src`` is not a ``(B, m)`` integer tensor of in-vocabulary ids, if a
                 sentence has no real token, or if a PAD comes before a real token.
         """
+        _check_tokens(src, "src", self.config.src_vocab_size)
+        return self._encode(src)
+
+    def _encode(self, src: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """:meth:`encode` of a ``src`` whose type, shape and ids the caller has checked."""
         c = self.config
-        _check_tokens(src, "src", c.src_vocab_size)
         src_mask = padding_mask(src, c.pad_id)  # (B, 1, m), True at PAD
         real = ~src_mask[:, 0]  # (B, m)
         lengths = real.sum(dim=1)
@@ -406,8 +404,7 @@ class RNNSeq2Seq(nn.Module):
             ValueError: for bad ``tgt_in``, a ``memory`` or ``src_mask`` of another batch size
                 or width, or ``need_weights=True`` on a model without attention.
         """
-        c = self.config
-        _check_tokens(tgt_in, "tgt_in", c.tgt_vocab_size)
+        _check_tokens(tgt_in, "tgt_in", self.config.tgt_vocab_size)
         self._check_memory(tgt_in, memory, src_mask)
         if need_weights and self.attention is None:
             raise ValueError("RNNSeq2Seq: need_weights=True needs attention, but this model has attention=None")
@@ -489,5 +486,5 @@ class RNNSeq2Seq(nn.Module):
             raise ValueError(
                 f"RNNSeq2Seq: batch sizes differ: src {tuple(src.shape)}, tgt_in {tuple(tgt_in.shape)}"
             )
-        memory, src_mask = self.encode(src)
-        return self.decode_logits(tgt_in, memory, src_mask)
+        memory, src_mask = self._encode(src)  # checked once, here: the memory is encode's own
+        return self.output(self._run_decoder(tgt_in, memory, src_mask, memory[1])[0])

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from transformer_book import checks
 from transformer_book.data.finetuning import encode_sentence
 from transformer_book.models.bert import BERT, mean_pool
 from transformer_book.pretrained.catalogue import Checkpoint, CheckpointError, FetchedCheckpoint, fetch_checkpoint
@@ -102,8 +103,7 @@ def sentence_embeddings(model: BERT, tokenizer: WordPieceTokenizer, texts: Seque
     """
     if isinstance(texts, str) or len(texts) == 0:
         raise ValueError("sentence_embeddings: texts must be a non-empty sequence of str")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"sentence_embeddings: batch_size must be a positive int, got {batch_size!r}")
+    checks.positive_int("sentence_embeddings", batch_size=batch_size)
     device = next(model.parameters()).device
     encoded = [encode_sentence(tokenizer, text, max_len) for text in texts]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))

@@ -35,7 +35,7 @@ from timing import interleaved
 from transformer_book import decoding
 from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.runtime import machine_description
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "beam_search_speed.json"

@@ -143,7 +143,7 @@ def layernorm(device: torch.device, smoke: bool = False) -> dict:
 def word2vec(device: torch.device) -> dict:
     from transformer_book.embeddings import Word2VecConfig, cbow_windows, encode_corpus, skipgram_pairs, train_word2vec
     from transformer_book.embeddings.contexts import keep_probabilities
-    from transformer_book.text import Vocab
+    from transformer_book.tokenizers.text import Vocab
 
     sentences = data.load_wikitext2("train")
     vocab = Vocab.build((w for s in sentences for w in s), min_count=5)

@@ -42,7 +42,7 @@ from transformer_book import data, decoding, metrics, objectives, results, runti
 from transformer_book.models import Transformer
 from transformer_book.recipes import bert as small_bert
 from transformer_book.recipes import translator as mt
-from transformer_book.subword import PAD_ID, SubwordTokenizer
+from transformer_book.tokenizers.subword import PAD_ID, SubwordTokenizer
 
 CANDIDATES = {
     "chapter 7's sizes": mt.CHAPTER7_SIZES,

@@ -53,7 +53,7 @@ from transformer_book.embeddings.evaluation import (
     word_similarity,
 )
 from transformer_book.runtime import machine_description
-from transformer_book.text import Vocab
+from transformer_book.tokenizers.text import Vocab
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "word2vec_speed.json"
 

@@ -22,10 +22,11 @@ import numpy as np
 import torch
 
 torch.set_num_threads(1)
-from transformer_book import attention, checkpoints, decoding, objectives, positional, text, training
+from transformer_book import attention, checkpoints, decoding, objectives, positional, training
 from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig, Transformer, TransformerConfig
-from transformer_book.subword import SubwordTokenizer
-from transformer_book.wordpiece import WordPieceTokenizer
+from transformer_book.tokenizers import text
+from transformer_book.tokenizers.subword import SubwordTokenizer
+from transformer_book.tokenizers.wordpiece import WordPieceTokenizer
 
 results = []
 def case(group, name):
@@ -324,7 +325,7 @@ _TEXTS = [f"sentence number {i} with some words and more words {i % 7}" for i in
 
 
 def _bpe(size=300):
-    from transformer_book.bytebpe import ByteLevelBPE
+    from transformer_book.tokenizers.bytebpe import ByteLevelBPE
     return ByteLevelBPE.train(_TEXTS, size)
 
 
@@ -347,7 +348,7 @@ def _save_survives_a_full_disk(first, second, load):
 
 @case("files", "ByteLevelBPE.save on a disk that fills up mid-write")
 def _():
-    from transformer_book.bytebpe import ByteLevelBPE
+    from transformer_book.tokenizers.bytebpe import ByteLevelBPE
     return _save_survives_a_full_disk(_bpe(300), _bpe(330), ByteLevelBPE.load)
 
 @case("files", "WordPieceTokenizer.save on a disk that fills up mid-write")
@@ -388,7 +389,7 @@ def _read_while_saving(first, second, load):
 
 @case("files", "ByteLevelBPE.load while another thread saves the file")
 def _():
-    from transformer_book.bytebpe import ByteLevelBPE
+    from transformer_book.tokenizers.bytebpe import ByteLevelBPE
     return _read_while_saving(_bpe(300), _bpe(330), ByteLevelBPE.load)
 
 @case("files", "WordPieceTokenizer.load while another thread saves the file")
@@ -414,13 +415,13 @@ def _():
 
 @case("files", "ByteLevelBPE.load of a file that is not UTF-8")
 def _():
-    from transformer_book.bytebpe import ByteLevelBPE
+    from transformer_book.tokenizers.bytebpe import ByteLevelBPE
     path = tmpfile(b"\xff\xfe\x00 not text")
     return err(lambda: ByteLevelBPE.load(path), path)
 
 @case("files", "ByteLevelBPE.load of 100,000 nested brackets")
 def _():
-    from transformer_book.bytebpe import ByteLevelBPE
+    from transformer_book.tokenizers.bytebpe import ByteLevelBPE
     path = tmpfile(b"[" * 100_000)
     return err(lambda: ByteLevelBPE.load(path), path)
 
@@ -442,7 +443,7 @@ def _():
 
 @case("bytebpe", "a merge list that repeats a pair")
 def _():
-    from transformer_book.bytebpe import ByteLevelBPE
+    from transformer_book.tokenizers.bytebpe import ByteLevelBPE
     try:
         tok = ByteLevelBPE([("a", "b"), ("c", "d"), ("a", "b")])
     except Exception as e:

@@ -17,7 +17,6 @@ from transformer_book import (
     objectives,
     positional,
     prompting,
-    text,
     training,
 )
 from transformer_book.data import finetuning as tasks
@@ -34,6 +33,7 @@ from transformer_book.models import (
     TransformerConfig,
     finetuning,
 )
+from transformer_book.tokenizers import text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -52,7 +52,7 @@ def bert():
 
 
 def _subword():
-    from transformer_book.subword import SubwordTokenizer
+    from transformer_book.tokenizers.subword import SubwordTokenizer
 
     return SubwordTokenizer.train([f"words and more words {i}" for i in range(200)], vocab_size=40)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_book.bytebpe import (
+from transformer_book.tokenizers.bytebpe import (
     PRETOKENIZE_PATTERN,
     ByteLevelBPE,
     bytes_to_unicode,
@@ -336,7 +336,7 @@ def test_training_is_deterministic(trained: ByteLevelBPE) -> None:
 
 
 def test_training_does_not_depend_on_the_hash_seed(trained: ByteLevelBPE) -> None:
-    code = ("import json, sys; from transformer_book.bytebpe import ByteLevelBPE; "
+    code = ("import json, sys; from transformer_book.tokenizers.bytebpe import ByteLevelBPE; "
             "texts = json.loads(sys.stdin.read()); "
             "print(ByteLevelBPE.train(texts, 500, min_frequency=2, special_tokens=['<|endoftext|>']).to_json())")
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
@@ -425,7 +425,7 @@ def test_bad_merges_and_json_are_refused() -> None:
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_book.bytebpe import _symbols
+from transformer_book.tokenizers.bytebpe import _symbols
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)

@@ -45,8 +45,8 @@ def test_nothing_at_or_below_the_models_imports_the_data():
     below = ("transformer_book.models", "transformer_book.layers", "transformer_book.attention",
              "transformer_book.masks", "transformer_book.positional", "transformer_book.contracts",
              "transformer_book.checks", "transformer_book.atomic", "transformer_book.checkpoints",
-             "transformer_book.text", "transformer_book.subword", "transformer_book.wordpiece",
-             "transformer_book.bytebpe", "transformer_book.tiled_attention", "transformer_book.grouped_attention",
+             "transformer_book.tokenizers.text", "transformer_book.tokenizers.subword", "transformer_book.tokenizers.wordpiece",
+             "transformer_book.tokenizers.bytebpe", "transformer_book.tiled_attention", "transformer_book.grouped_attention",
              "transformer_book.modern_layers", "transformer_book.lora",
              "transformer_book.decoding", "transformer_book.objectives", "transformer_book.schedules")
     offenders = [f"{module} imports {source}" for module, tree in _modules().items()
@@ -58,7 +58,7 @@ def test_nothing_at_or_below_the_models_imports_the_data():
 def test_the_training_loop_imports_no_model_and_no_tokenizer():
     sources = {source for source, _ in _imports(_modules()["transformer_book.training"])}
     assert not {s for s in sources if s.startswith("transformer_book.models")
-                or s in ("transformer_book.subword", "transformer_book.wordpiece")}
+                or s in ("transformer_book.tokenizers.subword", "transformer_book.tokenizers.wordpiece")}
 
 
 def test_the_models_declare_the_interfaces_decoding_dispatches_on():
@@ -72,8 +72,8 @@ def test_the_models_declare_the_interfaces_decoding_dispatches_on():
         Transformer,
         TransformerConfig,
     )
-    from transformer_book.subword import SubwordTokenizer
-    from transformer_book.wordpiece import WordPieceTokenizer
+    from transformer_book.tokenizers.subword import SubwordTokenizer
+    from transformer_book.tokenizers.wordpiece import WordPieceTokenizer
 
     transformer = Transformer(TransformerConfig(20, 20, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1,
                                                 n_decoder_layers=1, max_len=16))

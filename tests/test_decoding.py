@@ -9,7 +9,7 @@ from transformer_book.data.batching import collate_pairs
 from transformer_book.decoding import beam_search, generate, greedy_decode, translate
 from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.objectives import label_smoothed_cross_entropy, seq2seq_loss
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -48,7 +48,7 @@ from transformer_book.models.finetuning import (
     predict,
     trainable_parameters,
 )
-from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, WordPieceTokenizer
+from transformer_book.tokenizers.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, WordPieceTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

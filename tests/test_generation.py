@@ -19,7 +19,7 @@ from transformer_book.decoding import (
     next_token_distribution,
 )
 from transformer_book.models import GPT, GPTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

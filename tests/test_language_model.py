@@ -16,8 +16,8 @@ import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from transformer_book import decoding, pretrained, quantization
-from transformer_book.bytebpe import ByteLevelBPE
 from transformer_book.pretrained import catalogue, language_model
+from transformer_book.tokenizers.bytebpe import ByteLevelBPE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -27,8 +27,8 @@ from transformer_book.data.pretraining import (
     maskable_positions,
     wikitext2_documents,
 )
+from transformer_book.tokenizers.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, WordPieceTokenizer
 from transformer_book.training import to_device
-from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, WordPieceTokenizer
 
 FIRST_NORMAL = 5
 

@@ -1,15 +1,13 @@
-"""Tests of the runtime helpers: profiles, device choice, seeding, summaries, source display,
+"""Tests of the runtime helpers: profiles, device choice, seeding, summaries,
 and the promise that importing the package changes no global state."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import random
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +16,12 @@ import torch
 
 import transformer_book
 import transformer_book.attention
-from transformer_book import runtime
 from transformer_book.runtime import (
-    SourceListing,
     by_profile,
     environment_summary,
     profile,
     seed_everything,
     select_device,
-    show_source,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -231,57 +226,6 @@ def test_environment_summary_default_device_and_data_dir(clean_env, tmp_path):
 
 
 # --------------------------------------------------------------------------------------
-# show_source
-# --------------------------------------------------------------------------------------
-
-
-def test_show_source_of_a_function():
-    fn = transformer_book.attention.scaled_dot_product_attention
-    listing = show_source(fn)
-    lines, first = inspect.getsourcelines(fn)
-    assert isinstance(listing, SourceListing)
-    assert listing.qualname == "transformer_book.attention.scaled_dot_product_attention"
-    assert listing.path == "transformer_book/attention.py"
-    assert listing.first_line == first
-    assert listing.last_line == first + len(lines) - 1
-    assert listing.source == "".join(lines)
-    # the caption's line numbers point at the real def line in the file
-    file_lines = (REPO_ROOT / "transformer_book" / "attention.py").read_text().splitlines()
-    assert file_lines[listing.first_line - 1].startswith("def scaled_dot_product_attention(")
-    assert file_lines[listing.last_line - 1] == lines[-1].rstrip("\n")
-
-    markdown = listing._repr_markdown_()
-    assert "```python\n" in markdown
-    assert "\ndef scaled_dot_product_attention(" in markdown
-    assert markdown.rstrip().endswith("```")
-    assert "transformer_book/attention.py" in markdown and "lines" not in markdown.splitlines()[0]
-    assert str(listing).startswith("# transformer_book.attention.scaled_dot_product_attention")
-
-
-def test_show_source_of_a_method_is_dedented():
-    listing = show_source(runtime.SourceListing._repr_markdown_)
-    assert listing.qualname == "transformer_book.runtime.SourceListing._repr_markdown_"
-    assert listing.path == "transformer_book/runtime.py"
-    assert listing.source.startswith("def _repr_markdown_(self)")
-    assert listing.source == textwrap.dedent("".join(inspect.getsourcelines(runtime.SourceListing._repr_markdown_)[0]))
-
-
-def test_show_source_of_a_decorated_function_shows_the_function_and_its_file():
-    from transformer_book.decoding import greedy_decode  # wrapped by @torch.no_grad()
-
-    listing = show_source(greedy_decode)
-    assert listing.path == "transformer_book/decoding.py"
-    assert listing.qualname == "transformer_book.decoding.greedy_decode"
-    assert listing.source.startswith("@torch.no_grad()\ndef greedy_decode(")
-
-
-@pytest.mark.parametrize("obj", [len, 42])
-def test_show_source_without_source_raises(obj):
-    with pytest.raises(ValueError, match="no source"):
-        show_source(obj)
-
-
-# --------------------------------------------------------------------------------------
 # Importing the package has no side effects
 # --------------------------------------------------------------------------------------
 
@@ -297,7 +241,7 @@ threads = torch.get_num_threads()
 
 import transformer_book
 import transformer_book.attention, transformer_book.masks, transformer_book.runtime
-import transformer_book.plotting, transformer_book.text, transformer_book.embeddings, transformer_book.data
+import transformer_book.plotting, transformer_book.tokenizers.text, transformer_book.embeddings, transformer_book.data
 
 assert list(warnings.filters) == filters, [f for f in warnings.filters if f not in filters]
 assert torch.equal(torch.get_rng_state(), torch_rng), "torch RNG state changed"

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from transformer_book import atomic, checkpoints
-from transformer_book.bytebpe import ByteLevelBPE
 from transformer_book.lora import apply_lora, merge_lora
 from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig
 from transformer_book.models.finetuning import SequenceClassifier
-from transformer_book.subword import SubwordTokenizer
-from transformer_book.wordpiece import WordPieceTokenizer
+from transformer_book.tokenizers.bytebpe import ByteLevelBPE
+from transformer_book.tokenizers.subword import SubwordTokenizer
+from transformer_book.tokenizers.wordpiece import WordPieceTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

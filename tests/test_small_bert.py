@@ -40,7 +40,7 @@ from transformer_book.recipes.bert import (
     validation_batches,
     validation_mlm,
 )
-from transformer_book.wordpiece import WordPieceTokenizer
+from transformer_book.tokenizers.wordpiece import WordPieceTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

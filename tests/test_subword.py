@@ -1,11 +1,11 @@
-"""Tests of transformer_book.subword: the BPE tokeniser with the book's special ids."""
+"""Tests of transformer_book.tokenizers.subword: the BPE tokeniser with the book's special ids."""
 
 import itertools
 
 import pytest
 import torch
 
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID, UNK_ID, SubwordTokenizer
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID, UNK_ID, SubwordTokenizer
 
 # A small generated corpus: every word is built from a few syllables, so that BPE has
 # frequent pairs to merge and rare combinations left in pieces.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_book.text import Vocab, tokenize_words
+from transformer_book.tokenizers.text import Vocab, tokenize_words
 
 # --------------------------------------------------------------------------------------
 # tokenize_words

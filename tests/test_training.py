@@ -391,7 +391,7 @@ def test_fit_cosine_schedule_ends_at_min_lr_ratio():
 # ----------------------------------------------------------------------------- saving a trained model
 
 def _tiny_tokenizer():
-    from transformer_book.subword import SubwordTokenizer
+    from transformer_book.tokenizers.subword import SubwordTokenizer
 
     return SubwordTokenizer.train([f"ein hund {w} im park" for w in ("läuft", "spielt", "schläft")] * 5, vocab_size=30)
 
@@ -447,7 +447,7 @@ def test_load_model_rejects_other_files(tmp_path):
 def test_save_and_load_bert_with_its_wordpiece_tokenizer(tmp_path):
     from transformer_book.checkpoints import load_model, save_model
     from transformer_book.models import BERT, BERTConfig
-    from transformer_book.wordpiece import WordPieceTokenizer
+    from transformer_book.tokenizers.wordpiece import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.train(["the dog runs in the park", "a cat sleeps in the house"] * 5, vocab_size=60)
     torch.manual_seed(0)
@@ -504,7 +504,7 @@ def test_every_model_the_book_trains_saves_and_loads(tmp_path):
     source = ast.parse(Path(transformer_book.training.__file__).read_text())
     imported = {node.module for node in ast.walk(source) if isinstance(node, ast.ImportFrom)}
     assert not {m for m in imported if m and (m.startswith("transformer_book.models") or m in (
-        "transformer_book.subword", "transformer_book.wordpiece"))}
+        "transformer_book.tokenizers.subword", "transformer_book.tokenizers.wordpiece"))}
 
 
 @dataclass

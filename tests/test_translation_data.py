@@ -13,7 +13,7 @@ from transformer_book.data import translation
 from transformer_book.data.batching import BucketedBatches, Seq2SeqBatch, collate_pairs, encode_pairs, pad_sequences
 from transformer_book.data.download import DataError
 from transformer_book.models import shift_right
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID
 
 
 @pytest.fixture

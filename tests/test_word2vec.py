@@ -32,7 +32,7 @@ from transformer_book.embeddings.word2vec import (
     softmax_loss,
     train_word2vec,
 )
-from transformer_book.text import Vocab
+from transformer_book.tokenizers.text import Vocab
 
 FOX = "The quick brown fox jumps over the lazy dog".split()
 

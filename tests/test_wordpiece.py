@@ -1,4 +1,4 @@
-"""Tests of transformer_book.wordpiece: BERT's uncased WordPiece tokenizer with fixed special ids.
+"""Tests of transformer_book.tokenizers.wordpiece: BERT's uncased WordPiece tokenizer with fixed special ids.
 
 Expectations come from a plain-Python byte-pair learner and a plain-Python greedy
 longest-match encoder written here, and from hand-built sentences, never from the code under test.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer_book.wordpiece import (
+from transformer_book.tokenizers.wordpiece import (
     CLS_ID,
     MASK_ID,
     PAD_ID,
@@ -122,7 +122,7 @@ def test_training_is_deterministic_across_runs_and_thread_counts(tokenizer):
     # Hugging Face's own WordPieceTrainer gives a different vocabulary on almost every run here
     assert WordPieceTokenizer.train(SENTENCES, vocab_size=VOCAB_SIZE).to_str() == tokenizer.to_str()
     assert WordPieceTokenizer.train(reversed(SENTENCES), vocab_size=VOCAB_SIZE).vocab() == tokenizer.vocab()
-    code = ("import sys, json; from transformer_book.wordpiece import WordPieceTokenizer; "
+    code = ("import sys, json; from transformer_book.tokenizers.wordpiece import WordPieceTokenizer; "
             "sys.stdout.write(json.dumps(WordPieceTokenizer.train(json.load(sys.stdin), vocab_size=80).vocab()))")
     env = dict(os.environ, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")  # another process, one thread
     out = subprocess.run([sys.executable, "-c", code], input=json.dumps(SENTENCES), env=env, capture_output=True,

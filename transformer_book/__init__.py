@@ -2,11 +2,12 @@
 
 Modules, one idea each (import what a chapter needs)::
 
-    transformer_book.runtime      device, seeds, profiles, environment, source listings
-    transformer_book.text         word tokenisation and vocabularies
-    transformer_book.subword      BPE subword tokeniser (SentencePiece), special ids (ch. 7-)
-    transformer_book.wordpiece    BERT's WordPiece tokeniser                   (ch. 13-)
-    transformer_book.bytebpe      GPT-2's byte-level BPE, no unknown token      (ch. 16)
+    transformer_book.runtime      device, seeds, profiles, environment
+    transformer_book.listings     the package's own code, shown in a chapter (show_source)
+    transformer_book.tokenizers   text        word tokenisation and vocabularies
+                                  subword     BPE subword tokeniser (SentencePiece), special ids (ch. 7-)
+                                  wordpiece   BERT's WordPiece tokeniser                   (ch. 13-)
+                                  bytebpe     GPT-2's byte-level BPE, no unknown token      (ch. 16)
     transformer_book.contracts    what data and models share: IGNORE_INDEX, padding, batch
                                   types, the tokenizer / encoder-decoder / LM interfaces
     transformer_book.data         pinned, checksummed corpora, their loaders, batching

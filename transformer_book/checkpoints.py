@@ -72,8 +72,8 @@ RENAMED_CONFIG_FIELDS: dict[str, dict[str, str]] = {
 """Config fields that older files name otherwise, by model class (``{old: new}``)."""
 
 TOKENIZER_KINDS: dict[str, tuple[str, str, str, str]] = {
-    "sentencepiece": ("transformer_book.subword", "SubwordTokenizer", "to_bytes", ""),
-    "wordpiece": ("transformer_book.wordpiece", "WordPieceTokenizer", "to_str", "from_str"),
+    "sentencepiece": ("transformer_book.tokenizers.subword", "SubwordTokenizer", "to_bytes", ""),
+    "wordpiece": ("transformer_book.tokenizers.wordpiece", "WordPieceTokenizer", "to_str", "from_str"),
 }
 """Stored kind -> (module, class, method that serialises it, class method that rebuilds it, or
 ``""`` for the constructor)."""

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
-from transformer_book.subword import PAD_ID
-from transformer_book.wordpiece import PAD_ID as WORDPIECE_PAD_ID
+from transformer_book.tokenizers.subword import PAD_ID
+from transformer_book.tokenizers.wordpiece import PAD_ID as WORDPIECE_PAD_ID
 
 __all__ = ["IGNORE_INDEX", "FINETUNING_KINDS", "pad_sequences", "Seq2SeqBatch", "PretrainingBatch", "FineTuningBatch", "InContextBatch",
            "Tokenizer", "BatchTokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel", "conforms"]
@@ -133,8 +133,8 @@ class InContextBatch(NamedTuple):
 @runtime_checkable
 class Tokenizer(Protocol):
     """What the package needs of a tokenizer: text to ids and back, and the vocabulary's size.
-    :class:`~transformer_book.subword.SubwordTokenizer` and
-    :class:`~transformer_book.wordpiece.WordPieceTokenizer` are two."""
+    :class:`~transformer_book.tokenizers.subword.SubwordTokenizer` and
+    :class:`~transformer_book.tokenizers.wordpiece.WordPieceTokenizer` are two."""
 
     def encode(self, text: str) -> list[int]: ...
 

@@ -33,7 +33,7 @@ from torch import nn
 
 from transformer_book import checks
 from transformer_book.contracts import CachedLanguageModel, EncoderDecoder, LanguageModel, conforms, pad_sequences
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = ["greedy_decode", "translate", "filter_top_k", "filter_top_p", "next_token_distribution", "generate",
            "length_penalty", "beam_search"]

@@ -35,7 +35,7 @@ import torch
 
 from transformer_book import checks
 from transformer_book.contracts import BatchTokenizer, Seq2SeqBatch, pad_sequences
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID
 
 __all__ = ["Seq2SeqBatch", "pad_sequences", "collate_pairs", "encode_pairs", "BucketedBatches", "RandomWindows"]
 

@@ -31,7 +31,7 @@ import torch
 from transformer_book.contracts import FINETUNING_KINDS, IGNORE_INDEX, BatchTokenizer, FineTuningBatch, Tokenizer
 from transformer_book.data.pretraining import check_max_len, encode_pair, special_ids
 from transformer_book.data.sst2 import load_sst2
-from transformer_book.wordpiece import PAD_ID
+from transformer_book.tokenizers.wordpiece import PAD_ID
 
 __all__ = [
     "FineTuningBatch", "Example", "encode_sentence", "sst2_examples", "pivot_paraphrase_pairs", "pair_examples", "CASE_TAGS", "case_tag",

@@ -44,7 +44,7 @@ import torch
 from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX, PretrainingBatch, Tokenizer
 from transformer_book.data.wikitext import read_split
-from transformer_book.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
+from transformer_book.tokenizers.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 
 __all__ = [
     "IGNORE_INDEX", "check_max_len", "wikitext2_documents", "SentencePair", "make_sentence_pairs", "encode_pair",
@@ -245,7 +245,7 @@ def encode_pair(tokenizer: Tokenizer, a: str, b: str, max_len: int) -> tuple[lis
 
     Args:
         tokenizer: anything with ``encode(text) -> list[int]`` that adds no special token,
-            with BERT's special ids (a :class:`~transformer_book.wordpiece.WordPieceTokenizer`).
+            with BERT's special ids (a :class:`~transformer_book.tokenizers.wordpiece.WordPieceTokenizer`).
 
     Raises:
         ValueError: ``max_len`` below 5, or a sentence that encodes to no tokens.

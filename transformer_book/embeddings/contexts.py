@@ -2,7 +2,7 @@
 examples of skip-gram and CBOW (chapters 10 and 11).
 
 A corpus is a list of sentences (here WikiText-2's paragraphs). Word ids come from a
-:class:`~transformer_book.text.Vocab` built with a minimum count; as in word2vec, words outside
+:class:`~transformer_book.tokenizers.text.Vocab` built with a minimum count; as in word2vec, words outside
 the vocabulary are removed before windows are taken, so a window reaches over them.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from transformer_book import checks
-from transformer_book.text import Vocab
+from transformer_book.tokenizers.text import Vocab
 
 __all__ = [
     "EncodedCorpus",

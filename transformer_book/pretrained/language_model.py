@@ -26,7 +26,7 @@ Nothing is permuted: llama.cpp's LLaMA rotates the adjacent feature pairs :math:
 as :class:`~transformer_book.positional.RotaryEmbedding` does (the converter that wrote the file
 reordered the rows of :math:`W^Q` and :math:`W^K` from Hugging Face's halves convention). The
 vocabulary, merges and special tokens become a
-:class:`~transformer_book.bytebpe.ByteLevelBPE` with the file's pre-tokenizer, and the chat
+:class:`~transformer_book.tokenizers.bytebpe.ByteLevelBPE` with the file's pre-tokenizer, and the chat
 template (Jinja) is kept to write prompts the way the model was instruction-tuned to read them.
 """
 
@@ -39,10 +39,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from transformer_book.bytebpe import PRETOKENIZERS, ByteLevelBPE
 from transformer_book.models.modern import ModernGPT, ModernGPTConfig
 from transformer_book.pretrained.catalogue import Checkpoint, CheckpointError, FetchedCheckpoint, fetch_checkpoint
 from transformer_book.quantization import dequantize
+from transformer_book.tokenizers.bytebpe import PRETOKENIZERS, ByteLevelBPE
 
 __all__ = ["GGUFTensor", "GGUFFile", "PretrainedLM", "read_gguf", "modern_config_from_gguf", "gguf_tensor_names",
            "tokenizer_from_gguf", "load_gguf", "load_language_model"]

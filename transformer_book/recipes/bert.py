@@ -40,7 +40,7 @@ from transformer_book.atomic import write_atomically
 from transformer_book.data import pretraining
 from transformer_book.models.bert import BERT, POSITIONS, BERTConfig, bert_loss, evaluate_pretraining
 from transformer_book.recipes import loading
-from transformer_book.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
+from transformer_book.tokenizers.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 __all__ = [
     "MAX_LEN", "INPUTS", "Recipe", "FIRST_EDITION", "STARTING_POINT", "recipe", "study_recipes", "ROUNDS",

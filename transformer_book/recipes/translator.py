@@ -29,7 +29,7 @@ from torch import nn
 from transformer_book import checkpoints, checks, data, decoding, objectives, runtime, training
 from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.recipes import loading
-from transformer_book.subword import EOS_ID, PAD_ID, SOS_ID, SubwordTokenizer
+from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID, SubwordTokenizer
 
 __all__ = ["CORPORA", "Sizes", "CHAPTER7_SIZES", "QUICK_SIZES", "RUNNING_EXAMPLE", "Recipe", "TrainedTranslator",
            "Translation", "recipe", "corpus_splits", "checkpoint_path", "train", "save", "load_or_train",

@@ -198,13 +198,13 @@ def test_heads_check_their_arguments():
     bert = tiny_bert(n_layers=1)
     with pytest.raises(ValueError, match="SequenceClassifier: bert must be a BERT, got Linear"):
         SequenceClassifier(nn.Linear(2, 2), 2)
-    with pytest.raises(ValueError, match="n_classes must be at least 2, got 1"):
+    with pytest.raises(ValueError, match="SequenceClassifier: n_classes must be an int >= 2, got 1"):
         SequenceClassifier(bert, 1)
     for bad in (0, True, 2.0):
-        with pytest.raises(ValueError, match="n_classes must be a positive int"):
+        with pytest.raises(ValueError, match="n_classes must be an int >= 2"):
             SequenceClassifier(bert, bad)
     for bad in (1.0, -0.1, True):
-        with pytest.raises(ValueError, match="dropout must be in"):
+        with pytest.raises(ValueError, match=r"TokenTagger: dropout must lie in \[0, 1\)"):
             TokenTagger(bert, 3, dropout=bad)
     with pytest.raises(ValueError, match="TokenTagger: n_tags must be a positive int, got 0"):
         TokenTagger(bert, 0)
@@ -488,7 +488,7 @@ def test_freeze_encoder_for_a_tagger_and_a_span_extractor():
 def test_freeze_encoder_rejects_bad_arguments():
     model = SequenceClassifier(tiny_bert(n_layers=2), 2)
     for bad in (-1, 3, True, 1.0):
-        with pytest.raises(ValueError, match=r"trainable_layers must be an int in \[0, 2\]"):
+        with pytest.raises(ValueError, match=r"freeze_encoder: trainable_layers must be an int in \[0, 3\)"):
             freeze_encoder(model, trainable_layers=bad)
     with pytest.raises(ValueError, match="freeze_encoder: model must be a FineTuningHead .*, got Linear"):
         freeze_encoder(nn.Linear(2, 2))
@@ -964,7 +964,8 @@ def test_batches_reject_bad_examples():
     tags = Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX], "tags")
     with pytest.raises(ValueError, match=r"FineTuningBatches: examples mix the kinds \['class', 'tags'\]"):
         FineTuningBatches([*good, tags], 2)
-    with pytest.raises(ValueError, match=r"example 1's kind must be one of \('class', 'tags', 'span'\), got 'label'"):
+    with pytest.raises(ValueError,
+                       match=r"FineTuningBatches: example 1's kind must be one of 'class', 'tags' or 'span', got 'label'"):
         FineTuningBatches([good[0], good[1]._replace(kind="label")], 2)
     # a span built in the old layout, allowed where the kind now stands
     with pytest.raises(ValueError, match=r"example 0's kind must be one of .*, got \[False, True, False\]"):

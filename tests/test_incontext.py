@@ -645,8 +645,8 @@ def test_heads_removed_refuses_bad_modules_and_heads():
     with pytest.raises(ValueError, match="expected a MultiHeadAttention, got Linear"):
         with heads_removed(nn.Linear(4, 4), [0]):
             pass
-    for heads in ([3], [-1], [0, 5], [True], [1.0]):
-        with pytest.raises(ValueError, match=r"heads must be ints in \[0, 3\)"):
+    for heads in ([3], [-1], [0, 5], [True], [1.0], [1, True]):         # True is no head, even beside 1
+        with pytest.raises(ValueError, match=r"heads_removed: each head must be an int in \[0, 3\), got "):
             with heads_removed(attention, heads):
                 pass
     assert torch.equal(attention.w_o.weight, before)

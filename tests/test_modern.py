@@ -291,7 +291,7 @@ def test_bad_config_and_input_raise_clear_errors():
         ModernGPT(ModernGPTConfig(vocab_size=10, d_model=12, n_heads=4))     # rotations turn pairs of features
     with pytest.raises(ValueError, match="n_layers must be a positive int"):
         ModernGPTConfig(vocab_size=10, n_layers=0)
-    with pytest.raises(ValueError, match="d_ff must be a positive int or None"):
+    with pytest.raises(ValueError, match="ModernGPTConfig: d_ff must be a positive int, got 0"):
         ModernGPTConfig(vocab_size=10, d_ff=0)
     with pytest.raises(ValueError, match="dropout"):
         ModernGPTConfig(vocab_size=10, dropout=1.0)

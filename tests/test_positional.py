@@ -625,13 +625,13 @@ def test_alibi_has_no_parameters_and_follows_the_module():
 def test_alibi_errors():
     from transformer_book.positional import ALiBi, alibi_slopes
 
-    with pytest.raises(ValueError, match="n_heads must be an int >= 1"):
+    with pytest.raises(ValueError, match="alibi_slopes: n_heads must be a positive int, got 0"):
         alibi_slopes(0)
     with pytest.raises(ValueError, match="bidirectional must be a bool"):
         ALiBi(2, bidirectional=1)
     with pytest.raises(ValueError, match=r"m must be an int >= 3"):
         ALiBi(2)(3, 2)
-    with pytest.raises(ValueError, match="n must be an int >= 1"):
+    with pytest.raises(ValueError, match="ALiBi: n must be a positive int, got 0"):
         ALiBi(2)(0)
 
 
@@ -716,9 +716,9 @@ def test_the_factory_refuses_names_and_sizes_clearly():
     with pytest.raises(ValueError, match=r"^M: position 'sinusoidal' does not fit d_model=7, n_heads=1, max_len=16: "
                                          r"SinusoidalPositionalEncoding: d_model must be an even int >= 2, got 7$"):
         position_encoding("sinusoidal", d_model=7, n_heads=1, max_len=16, where="M")
-    with pytest.raises(ValueError, match="M: max_len must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="M: max_len must be a positive int, got 0"):
         position_encoding("learned", d_model=8, n_heads=2, max_len=0, where="M")
-    with pytest.raises(ValueError, match="M: causal must be a bool, got 1"):
+    with pytest.raises(ValueError, match=r"M: causal must be a bool \(True or False\), got 1"):
         position_encoding("alibi", **sizes, causal=1, where="M")
     with pytest.raises(ValueError, match="M: ways must be a non-empty collection"):
         position_encoding("alibi", **sizes, ways=("scores",), where="M")
@@ -740,3 +740,53 @@ def test_an_encoding_added_to_the_registry_reaches_every_model(monkeypatch):
     assert isinstance(gpt.positional, Doubled) and isinstance(bert.positional, Doubled)
     tokens = torch.randint(0, 11, (2, 5))
     torch.testing.assert_close(gpt._embed(tokens, 0), 2 * gpt.embedding(tokens))
+
+
+def test_every_encoding_names_itself_and_the_argument_it_refuses():
+    """The argument checks of the module, one message shape: the class or function, the argument,
+    what it must be, and the value given."""
+    sinusoidal, learned, t5 = "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "RelativePositionBias"
+    fourier = "LearnableFourierFeatures"
+    cases = [
+        (lambda: SinusoidalPositionalEncoding(8, max_len=0), f"{sinusoidal}: max_len must be a positive int, got 0"),
+        (lambda: SinusoidalPositionalEncoding(0), f"{sinusoidal}: d_model must be an int >= 2, got 0"),
+        (lambda: SinusoidalPositionalEncoding(8, dropout=-0.1), rf"{sinusoidal}: dropout must lie in \[0, 1\], got -0.1"),
+        (lambda: SinusoidalPositionalEncoding(8, base=1), f"{sinusoidal}: base must be a finite real > 1, got 1"),
+        (lambda: LearnedPositionalEmbedding(4, True), f"{learned}: d_model must be a positive int, got True"),
+        (lambda: LearnedPositionalEmbedding(4, 8, dropout=1.5), rf"{learned}: dropout must lie in \[0, 1\], got 1.5"),
+        (lambda: LearnedPositionalEmbedding(4, 8)(torch.zeros(1, 2, 8), -1),
+         f"{learned}: offset must be a non-negative int, got -1"),
+        (lambda: RelativePositionBias(0), f"{t5}: n_heads must be a positive int, got 0"),
+        (lambda: RelativePositionBias(2)(0, 3), f"{t5}: n must be a positive int, got 0"),
+        (lambda: RelativePositionBias(2, num_buckets=9),
+         f"{t5}: num_buckets must be an even int >= 4 when bidirectional, got 9"),
+        (lambda: RelativePositionBias(2, num_buckets=8, max_distance=2), f"{t5}: max_distance must be an int >= 3, got 2"),
+        (lambda: RelativePositionBias(2, num_buckets=8, max_distance=4, bidirectional=False),
+         f"{t5}: max_distance must be an int >= 5, got 4"),
+        (lambda: RotaryEmbedding(7), "RotaryEmbedding: d_head must be an even int >= 2, got 7"),
+        (lambda: LearnableFourierFeatures(8, gamma=float("inf")), f"{fourier}: gamma must be a finite real > 0, got inf"),
+        (lambda: LearnableFourierFeatures(8, n_features=3), f"{fourier}: n_features must be an even int >= 2, got 3"),
+        (lambda: offset_matrix(float("nan"), 8), "offset_matrix: k must be a finite real, got nan"),
+        (lambda: sinusoidal_encoding(0, 8), "sinusoidal_encoding: n_positions must be a positive int, got 0"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            call()
+
+
+def test_the_added_tables_take_a_dropout_of_one():
+    """The two tables added to the embeddings accept dropout in [0, 1], 1 included (as before)."""
+    x = torch.randn(2, 3, 8)
+    for encoding in (SinusoidalPositionalEncoding(8, max_len=4, dropout=1.0),
+                     LearnedPositionalEmbedding(4, 8, dropout=1.0)):
+        assert encoding.dropout.p == 1.0
+        assert torch.equal(encoding.train()(x), torch.zeros_like(x))            # everything dropped in training
+
+
+def test_the_bias_module_buckets_as_the_function_does():
+    """RelativePositionBias buckets its offsets without checking its settings again: the same
+    buckets as relative_position_bucket, both directions."""
+    for bidirectional, num_buckets, max_distance in ((True, 32, 128), (False, 8, 20), (True, 4, 2)):
+        bias = RelativePositionBias(2, num_buckets, max_distance, bidirectional)
+        r = torch.arange(40)[None, :] - torch.arange(30)[:, None]
+        assert torch.equal(bias.buckets(30, 40), relative_position_bucket(r, bidirectional, num_buckets, max_distance))

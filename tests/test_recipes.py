@@ -92,13 +92,40 @@ def test_the_translator_presets_are_typed_sizes():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(corpus="wmt"), "unknown corpus 'wmt'"), (dict(steps=0), "steps must be a positive int"),
+    (dict(corpus="wmt"), "Recipe: corpus must be one of 'multi30k' or 'tatoeba', got 'wmt'"),
+    (dict(steps=0), "steps must be a positive int"),
     (dict(vocab_size=2.5), "vocab_size must be a positive int"), (dict(train_pairs=0), "train_pairs"),
     (dict(lr=0.0), "lr"),
 ])
 def test_a_bad_translator_recipe_is_refused_when_made(changes, message):
     with pytest.raises(ValueError, match=message):
         translator.recipe("multi30k", "quick").replace(**changes)
+
+
+def test_the_translator_recipe_checks_the_steps_its_train_config_takes():
+    r = translator.recipe("multi30k", "quick")
+    assert r.train_config() == r.train_config(r.steps)
+    assert r.warmup_steps == 5 and r.train_config(4).warmup_steps == 2             # shorter than the warm-up
+    for bad in (0, -1, 2.5, True):                                                  # 0 is not "the recipe's"
+        with pytest.raises(ValueError, match=f"Recipe.train_config: steps must be a positive int, got {bad!r}"):
+            r.train_config(bad)
+
+
+def test_the_translator_functions_name_themselves_in_their_errors():
+    """Each public function checks the corpus and steps it is given, under its own name, before
+    any work (and its private path checks nothing again)."""
+    corpus = "corpus must be one of 'multi30k' or 'tatoeba', got 'wmt'"
+    for where, call in (("train", lambda: translator.train("wmt")),
+                        ("load_or_train", lambda: translator.load_or_train("wmt")),
+                        ("recipe", lambda: translator.recipe("wmt")),
+                        ("corpus_splits", lambda: translator.corpus_splits("wmt")),
+                        ("checkpoint_path", lambda: translator.checkpoint_path(corpus="wmt"))):
+        with pytest.raises(ValueError, match=f"^{where}: {corpus}$"):
+            call()
+    for where, call in (("train", lambda: translator.train(steps=0)),
+                        ("load_or_train", lambda: translator.load_or_train(steps=0))):
+        with pytest.raises(ValueError, match=f"^{where}: steps must be a positive int, got 0$"):
+            call()
 
 
 def test_the_bert_recipe_keeps_its_sizes_as_typed_fields():

@@ -526,8 +526,8 @@ def test_error_need_weights_without_attention():
         (dict(src_vocab_size=True), r"src_vocab_size"),
         (dict(dropout=1.0), r"dropout.*\[0, 1\).*1\.0"),
         (dict(dropout=-0.1), r"dropout.*-0\.1"),
-        (dict(pad_id=11), r"pad_id=11"),
-        (dict(pad_id=-1), r"pad_id=-1"),
+        (dict(pad_id=11), r"RNNSeq2SeqConfig: pad_id must be an int in \[0, 11\), got 11"),
+        (dict(pad_id=-1), r"pad_id must be an int in \[0, 11\), got -1"),
         (dict(share_embeddings=True), r"share_embeddings(?=.*\b13\b)(?=.*\b11\b)"),
     ],
 )

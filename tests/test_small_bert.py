@@ -103,8 +103,9 @@ def test_the_study_changes_one_choice_at_a_time_then_combines_the_winners():
 @pytest.mark.parametrize("changes, match", [
     (dict(d_model=0), "d_model must be a positive int"), (dict(position="rope"), "position must be one of"),
     (dict(inputs="pairs"), "inputs must be one of"), (dict(select_prob=0.0), r"select_prob must lie in \(0, 1\)"),
-    (dict(max_len=256), r"max_len must lie in \[8, 128\]"), (dict(lr=0.0), "lr must be positive"),
-    (dict(n_documents=1), "n_documents must be None or an int >= 2"), (dict(n_heads=3), "not divisible"),
+    (dict(max_len=256), r"max_len must lie in \[8, 128\]"),
+    (dict(lr=0.0), "Recipe: lr must be a finite real > 0, got 0.0"),
+    (dict(n_documents=1), "Recipe: n_documents must be an int >= 2, got 1"), (dict(n_heads=3), "not divisible"),
     (dict(steps=True), "steps must be a positive int"),
 ])
 def test_recipe_errors(changes, match):
@@ -203,6 +204,12 @@ def test_train_config_is_valid_for_every_step_count_that_load_or_train_accepts(s
     config that ``fit`` can run (a cosine schedule warms up over fewer steps than it has)."""
     config = train_config(steps, 1e-3)
     assert 0 <= config.warmup_steps < steps
+
+
+def test_train_config_refuses_a_step_count_under_its_own_name():
+    for bad in (0, -5, 2.0, True):      # 0 would otherwise reach TrainConfig as a warm-up of -1 steps
+        with pytest.raises(ValueError, match=f"^train_config: steps must be a positive int, got {bad!r}$"):
+            train_config(bad, 1e-3)
 
 
 def test_checkpoint_path_is_per_profile_in_the_cache(tmp_path, monkeypatch):

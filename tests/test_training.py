@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_book import schedules
 from transformer_book.checkpoints import read_checkpoint
 from transformer_book.objectives import label_smoothed_cross_entropy
 from transformer_book.schedules import warmup_cosine, warmup_inverse_sqrt
@@ -131,6 +132,17 @@ def test_schedule_argument_errors():
         warmup_cosine(opt, 10, 10)
     with pytest.raises(ValueError, match="min_ratio"):
         warmup_cosine(opt, 1, 10, min_ratio=1.5)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=f"warmup_constant: warmup_steps must be a non-negative int, got {bad!r}"):
+            schedules.warmup_constant(opt, bad)
+    with pytest.raises(ValueError, match="make_schedule: name must be one of 'inverse_sqrt', 'cosine' or 'constant'"):
+        schedules.make_schedule("linear", opt, warmup_steps=1, total_steps=10)
+
+
+def test_warmup_constant_values():
+    lrs = _lrs(lambda o: schedules.warmup_constant(o, 4), 8, base=0.5)
+    assert lrs == pytest.approx([0.125, 0.25, 0.375, 0.5, 0.5, 0.5, 0.5, 0.5], rel=1e-12)
+    assert _lrs(lambda o: schedules.warmup_constant(o, 0), 3, base=0.5) == [0.5, 0.5, 0.5]
 
 
 # ----------------------------------------------------------------------------- fit

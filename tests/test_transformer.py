@@ -341,8 +341,8 @@ def test_error_float_tokens():
     "overrides,pattern",
     [
         (dict(d_model=10, n_heads=3), r"(?=.*\b10\b)(?=.*\b3\b).*divisible"),
-        (dict(pad_id=11), r"pad_id=11"),
-        (dict(pad_id=-1), r"pad_id=-1"),
+        (dict(pad_id=11), r"TransformerConfig: pad_id must be an int in \[0, 11\), got 11"),
+        (dict(pad_id=-1), r"pad_id must be an int in \[0, 11\), got -1"),
         (dict(dropout=1.0), r"dropout"),
         (dict(n_encoder_layers=0), r"n_encoder_layers"),
     ],

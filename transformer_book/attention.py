@@ -535,8 +535,7 @@ def prefer_attention_kernel(name: str | None, *, only: bool = False) -> Iterator
     if name is None:
         yield
         return
-    if name not in ATTENTION_KERNELS:
-        raise ValueError(f"prefer_attention_kernel: unknown kernel {name!r}; choose one of {ATTENTION_KERNELS}")
+    checks.choice("prefer_attention_kernel", "name", name, ATTENTION_KERNELS)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -567,10 +566,10 @@ def device_kernels(device: torch.device | str, *, attention_kernel: str | None =
 def _checked_heads(attention: MultiHeadAttention, heads: Iterable[int]) -> list[int]:
     if not isinstance(attention, MultiHeadAttention):
         raise ValueError(f"heads_removed: expected a MultiHeadAttention, got {type(attention).__name__}")
-    heads = sorted(set(heads))
-    if any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < attention.n_heads for h in heads):
-        raise ValueError(f"heads_removed: heads must be ints in [0, {attention.n_heads}), got {heads}")
-    return heads
+    heads = list(heads)
+    for h in heads:
+        checks.integer("heads_removed", "each head", h, minimum=0, below=attention.n_heads)
+    return sorted(set(heads))
 
 
 @contextmanager

@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
-from numbers import Real
 from typing import NamedTuple
 
 import torch
 from torch import nn
+
+from transformer_book import checks
 
 __all__ = [
     "PositionEncoding",
@@ -267,10 +268,10 @@ class SinusoidalPositionalEncoding(PositionEncoding):
     ) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_even(d_model, "d_model", where)
-        _check_int(max_len, "max_len", where, minimum=1)
-        _check_dropout(dropout, where)
-        _check_base(base, where)
+        _check_even(where, "d_model", d_model)
+        checks.positive_int(where, max_len=max_len)
+        checks.probability(where, "dropout", dropout, one=True)
+        checks.finite_real(where, "base", base, above=1)
         self.d_model = d_model
         self.max_len = max_len
         self.base = float(base)
@@ -324,11 +325,9 @@ class LearnedPositionalEmbedding(PositionEncoding):
     def __init__(self, max_len: int, d_model: int, dropout: float = 0.0, *, initialise: bool = True) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(max_len, "max_len", where, minimum=1)
-        _check_int(d_model, "d_model", where, minimum=1)
-        _check_dropout(dropout, where)
-        if not isinstance(initialise, bool):
-            raise ValueError(f"{where}: initialise must be a bool, got {initialise!r}")
+        checks.positive_int(where, max_len=max_len, d_model=d_model)
+        checks.probability(where, "dropout", dropout, one=True)
+        checks.boolean(where, initialise=initialise)
         self.max_len = max_len
         self.d_model = d_model
         self.embedding = nn.Embedding(max_len, d_model)
@@ -419,7 +418,14 @@ def relative_position_bucket(
         raise ValueError(
             f"{where}: relative_position must hold integers, got dtype {relative_position.dtype}"
         )
-    per_direction, exact = _check_buckets(bidirectional, num_buckets, max_distance, where)
+    _check_buckets(bidirectional, num_buckets, max_distance, where)
+    return _bucket(relative_position, bidirectional, num_buckets, max_distance)
+
+
+def _bucket(relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """:func:`relative_position_bucket` of settings already checked (a :class:`RelativePositionBias`'s)."""
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    exact = per_direction // 2
     r = relative_position.long()
     bucket = torch.zeros_like(r)
     if bidirectional:
@@ -468,7 +474,7 @@ class RelativePositionBias(nn.Module):
     ) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(n_heads, "n_heads", where, minimum=1)
+        checks.positive_int(where, n_heads=n_heads)
         _check_buckets(bidirectional, num_buckets, max_distance, where)
         self.n_heads = n_heads
         self.num_buckets = num_buckets
@@ -483,15 +489,11 @@ class RelativePositionBias(nn.Module):
 
     def buckets(self, n: int, m: int) -> torch.Tensor:
         """The bucket of every (query ``i``, key ``j``) pair, ``torch.long`` of shape ``(n, m)``."""
-        where = type(self).__name__
-        _check_int(n, "n", where, minimum=1)
-        _check_int(m, "m", where, minimum=1)
+        checks.positive_int(type(self).__name__, n=n, m=m)
         device = self.embedding.weight.device
         query = torch.arange(n, device=device)[:, None]
         key = torch.arange(m, device=device)[None, :]
-        return relative_position_bucket(
-            key - query, self.bidirectional, self.num_buckets, self.max_distance
-        )
+        return _bucket(key - query, self.bidirectional, self.num_buckets, self.max_distance)
 
     def forward(self, n: int, m: int) -> torch.Tensor:
         """Return the bias of shape ``(n_heads, n, m)`` for ``n`` queries and ``m`` keys."""
@@ -519,7 +521,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     Raises:
         ValueError: ``n_heads`` not a positive int.
     """
-    _check_int(n_heads, "n_heads", "alibi_slopes", minimum=1)
+    checks.positive_int("alibi_slopes", n_heads=n_heads)
 
     def geometric(h: int) -> list[float]:
         return [2.0 ** (-8.0 * k / h) for k in range(1, h + 1)]
@@ -559,8 +561,7 @@ class ALiBi(PositionEncoding):
 
     def __init__(self, n_heads: int, *, bidirectional: bool = True) -> None:
         super().__init__()
-        if not isinstance(bidirectional, bool):
-            raise ValueError(f"ALiBi: bidirectional must be a bool, got {bidirectional!r}")
+        checks.boolean("ALiBi", bidirectional=bidirectional)
         self.n_heads, self.bidirectional = n_heads, bidirectional
         self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
 
@@ -626,8 +627,8 @@ class RotaryEmbedding(PositionEncoding):
     def __init__(self, d_head: int, base: float = 10000.0) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_even(d_head, "d_head", where)
-        _check_base(base, where)
+        _check_even(where, "d_head", d_head)
+        checks.finite_real(where, "base", base, above=1)
         self.d_head = d_head
         self.base = float(base)
         self.register_buffer(
@@ -723,18 +724,12 @@ class LearnableFourierFeatures(nn.Module):
     ) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(d_model, "d_model", where, minimum=1)
-        _check_even(n_features, "n_features", where)
-        _check_int(hidden, "hidden", where, minimum=1)
-        if (
-            isinstance(gamma, bool)
-            or not isinstance(gamma, Real)
-            or not math.isfinite(float(gamma))
-            or gamma <= 0
-        ):
-            raise ValueError(f"{where}: gamma must be a finite real > 0, got {gamma!r}")
+        checks.positive_int(where, d_model=d_model)
+        _check_even(where, "n_features", n_features)
+        checks.positive_int(where, hidden=hidden)
+        checks.finite_real(where, "gamma", gamma, above=0)
         if max_len is not None:
-            _check_int(max_len, "max_len", where, minimum=1)
+            checks.positive_int(where, max_len=max_len)
         self.d_model = d_model
         self.n_features = n_features
         self.hidden = hidden
@@ -868,11 +863,8 @@ def position_encoding(
     if way not in ways:
         raise ValueError(f"{where}: position {name!r} {WAYS[way]}, which {where} does not take; choose "
                          f"{_listed(accepted)}")
-    for size, value in (("d_model", d_model), ("n_heads", n_heads), ("max_len", max_len)):
-        _check_int(value, size, where, minimum=1)
-    for flag, value in (("causal", causal), ("initialise", initialise)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{where}: {flag} must be a bool, got {value!r}")
+    checks.positive_int(where, d_model=d_model, n_heads=n_heads, max_len=max_len)
+    checks.boolean(where, causal=causal, initialise=initialise)
     try:
         return build(_Sizes(d_model, n_heads, max_len, causal, base, initialise))
     except ValueError as err:
@@ -894,24 +886,11 @@ def _check_ways(ways: object, where: str) -> None:
 # --------------------------------------------------------------------------- checks
 
 
-def _check_int(value: object, name: str, where: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{where}: {name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_even(value: object, name: str, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value % 2:
+def _check_even(where: str, name: str, value: object) -> None:
+    """An even int of at least 2: a width made of feature pairs (a table's, a rotation's)."""
+    checks.integer(where, name, value, minimum=2)
+    if value % 2:
         raise ValueError(f"{where}: {name} must be an even int >= 2, got {value!r}")
-
-
-def _check_base(base: object, where: str) -> None:
-    if (
-        isinstance(base, bool)
-        or not isinstance(base, Real)
-        or not math.isfinite(float(base))
-        or base <= 1
-    ):
-        raise ValueError(f"{where}: base must be a finite real > 1, got {base!r}")
 
 
 def _check_float_dtype(dtype: object, where: str) -> None:
@@ -925,12 +904,11 @@ def _check_table(where: str, d_model: object, base: object, dtype: object, *, n_
     (:func:`offset_matrix`): an even ``d_model``, a ``base`` above 1, a floating dtype, and a
     positive ``n_positions`` or a finite ``offset`` when given."""
     if n_positions is not None:
-        _check_int(n_positions, "n_positions", where, minimum=1)
-    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, Real)
-                               or not math.isfinite(float(offset))):
-        raise ValueError(f"{where}: k must be a finite int or float, got {offset!r}")
-    _check_even(d_model, "d_model", where)
-    _check_base(base, where)
+        checks.positive_int(where, n_positions=n_positions)
+    if offset is not None:
+        checks.finite_real(where, "k", offset)
+    _check_even(where, "d_model", d_model)
+    checks.finite_real(where, "base", base, above=1)
     _check_float_dtype(dtype, where)
 
 
@@ -950,44 +928,20 @@ def _check_rotary_input(where: str, x: object, positions: object, d_head: int) -
 def _checked_lengths(n: int, m: int | None) -> int:
     """ALiBi's key count: ``m`` (``n`` when None), with ``m >= n >= 1``."""
     m = n if m is None else m
-    _check_int(n, "n", "ALiBi", minimum=1)
-    _check_int(m, "m", "ALiBi", minimum=n)
-    return m
+    checks.positive_int("ALiBi", n=n)
+    return checks.integer("ALiBi", "m", m, minimum=n)
 
 
-def _check_dropout(p: object, where: str) -> None:
-    if isinstance(p, bool) or not isinstance(p, Real) or not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"{where}: dropout must be a probability in [0, 1], got {p!r}")
-
-
-def _check_buckets(
-    bidirectional: object, num_buckets: object, max_distance: object, where: str
-) -> tuple[int, int]:
-    """Validate T5 bucket settings; return (buckets per direction, exact buckets)."""
-    if not isinstance(bidirectional, bool):
-        raise ValueError(f"{where}: bidirectional must be a bool, got {bidirectional!r}")
-    if bidirectional:
-        if (
-            isinstance(num_buckets, bool)
-            or not isinstance(num_buckets, int)
-            or num_buckets < 4
-            or num_buckets % 2
-        ):
-            raise ValueError(
-                f"{where}: num_buckets must be an even int >= 4 when bidirectional, "
-                f"got {num_buckets!r}"
-            )
-        per_direction = num_buckets // 2
-    else:
-        _check_int(num_buckets, "num_buckets", where, minimum=2)
-        per_direction = num_buckets
-    exact = per_direction // 2
-    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= exact:
-        raise ValueError(
-            f"{where}: max_distance must be an int > {exact} (the exact buckets), "
-            f"got {max_distance!r}"
-        )
-    return per_direction, exact
+def _check_buckets(bidirectional: object, num_buckets: object, max_distance: object, where: str) -> None:
+    """T5's bucket settings: ``num_buckets`` even and at least 4 when bidirectional (at least 2
+    otherwise), and ``max_distance`` above :math:`E`, the number of exact buckets (see
+    :func:`relative_position_bucket`)."""
+    checks.boolean(where, bidirectional=bidirectional)
+    checks.integer(where, "num_buckets", num_buckets, minimum=4 if bidirectional else 2)
+    if bidirectional and num_buckets % 2:
+        raise ValueError(f"{where}: num_buckets must be an even int >= 4 when bidirectional, got {num_buckets!r}")
+    exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+    checks.integer(where, "max_distance", max_distance, minimum=exact + 1)
 
 
 def _describe(value: object) -> object:
@@ -1016,8 +970,7 @@ def _check_input(x: object, d_model: int, max_len: int | None, where: str) -> in
 def _check_offset_input(x: object, offset: int, d_model: int, max_len: int, where: str) -> int:
     """Check ``x`` as :func:`_check_input` and that positions ``offset .. offset + n - 1`` exist."""
     n = _check_input(x, d_model, max_len, where)
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"{where}: offset must be a non-negative int, got {offset!r}")
+    checks.non_negative_int(where, offset=offset)
     if offset + n > max_len:
         raise ValueError(f"{where}: positions {offset}..{offset + n - 1} exceed max_len={max_len}")
     return n

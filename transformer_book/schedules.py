@@ -83,7 +83,12 @@ def warmup_cosine(
 
 
 def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int) -> LambdaLR:
-    """Linear warm-up over ``warmup_steps`` (none if 0), then the base lr."""
+    """Linear warm-up over ``warmup_steps`` (none if 0), then the base lr.
+
+    Raises:
+        ValueError: if ``warmup_steps`` is not a non-negative int.
+    """
+    checks.non_negative_int("warmup_constant", warmup_steps=warmup_steps)
     return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
 
 

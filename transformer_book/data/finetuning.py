@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from transformer_book import checks
 from transformer_book.contracts import FINETUNING_KINDS, IGNORE_INDEX, BatchTokenizer, FineTuningBatch, Tokenizer
 from transformer_book.data.pretraining import check_max_len, encode_pair, special_ids
 from transformer_book.data.sst2 import load_sst2
@@ -100,10 +101,8 @@ def pivot_paraphrase_pairs(pairs: Sequence[tuple[str, str]], *, test_fraction: f
         ValueError: no pivot with two different texts, ``test_fraction`` outside (0, 1), or
             ``candidates`` not a positive int.
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"pivot_paraphrase_pairs: test_fraction must be in (0, 1), got {test_fraction!r}")
-    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
-        raise ValueError(f"pivot_paraphrase_pairs: candidates must be a positive int, got {candidates!r}")
+    checks.probability("pivot_paraphrase_pairs", "test_fraction", test_fraction, zero=False)
+    checks.positive_int("pivot_paraphrase_pairs", candidates=candidates)
     texts_of: dict[str, list[str]] = {}
     for pivot, text in pairs:
         group = texts_of.setdefault(pivot, [])
@@ -388,16 +387,11 @@ class FineTuningBatches:
 
     def __init__(self, examples: Sequence[Example], batch_size: int, *, seed: int = 0, shuffle: bool = True,
                  bucket: int = 1) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"FineTuningBatches: batch_size must be a positive int, got {batch_size!r}")
-        if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 1:
-            raise ValueError(f"FineTuningBatches: bucket must be a positive int, got {bucket!r}")
+        checks.positive_int("FineTuningBatches", batch_size=batch_size, bucket=bucket)
         if len(examples) == 0:
             raise ValueError("FineTuningBatches: no examples")
         for index, e in enumerate(examples):
-            if not isinstance(e.kind, str) or e.kind not in FINETUNING_KINDS:
-                raise ValueError(f"FineTuningBatches: example {index}'s kind must be one of {FINETUNING_KINDS}, "
-                                 f"got {e.kind!r}")
+            checks.choice("FineTuningBatches", f"example {index}'s kind", e.kind, FINETUNING_KINDS)
         kinds = sorted({e.kind for e in examples})
         if len(kinds) != 1:
             raise ValueError(f"FineTuningBatches: examples mix the kinds {kinds}")

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_book import checks
 from transformer_book.contracts import IGNORE_INDEX
 from transformer_book.layers import LayerNorm
 from transformer_book.masks import padding_mask
@@ -84,22 +85,16 @@ class BERTConfig:
     position: str = "learned"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "max_len", "d_model", "n_heads", "n_layers", "n_segments"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BERTConfig: {name} must be a positive int, got {value!r}")
-        if self.d_ff is not None and (isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1):
-            raise ValueError(f"BERTConfig: d_ff must be a positive int or None, got {self.d_ff!r}")
+        checks.positive_int("BERTConfig", vocab_size=self.vocab_size, max_len=self.max_len, d_model=self.d_model,
+                            n_heads=self.n_heads, n_layers=self.n_layers, n_segments=self.n_segments)
+        if self.d_ff is not None:
+            checks.positive_int("BERTConfig", d_ff=self.d_ff)
         if self.d_model % self.n_heads:
             raise ValueError(f"BERTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"BERTConfig: dropout must lie in [0, 1), got {self.dropout}")
-        if not self.eps > 0:
-            raise ValueError(f"BERTConfig: eps must be positive, got {self.eps}")
-        if not isinstance(self.norm_first, bool):
-            raise ValueError(f"BERTConfig: norm_first must be a bool, got {self.norm_first!r}")
-        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"BERTConfig: pad_id must be an id in [0, {self.vocab_size}), got {self.pad_id!r}")
+        checks.probability("BERTConfig", "dropout", self.dropout)
+        checks.finite_real("BERTConfig", "eps", self.eps, above=0)
+        checks.boolean("BERTConfig", norm_first=self.norm_first)
+        checks.integer("BERTConfig", "pad_id", self.pad_id, minimum=0, below=self.vocab_size)
 
     @property
     def ff_width(self) -> int:
@@ -392,8 +387,7 @@ def bert_loss(log: list[dict[str, float]] | None = None, *,
     """
     if log is not None and not isinstance(log, list):
         raise ValueError(f"bert_loss: log must be a list or None, got {type(log).__name__}")
-    if not isinstance(nsp, bool):
-        raise ValueError(f"bert_loss: nsp must be a bool, got {nsp!r}")
+    checks.boolean("bert_loss", nsp=nsp)
 
     def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
         result = pretraining_loss(model, batch, nsp=nsp)

@@ -61,13 +61,10 @@ def _check_head(where: str, bert: Any, dropout: float, *, pooling: str = POOLING
     classes), and a known pooling."""
     if not isinstance(bert, BERT):
         raise ValueError(f"{where}: bert must be a BERT, got {type(bert).__name__}")
-    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"{where}: dropout must be in [0, 1), got {dropout!r}")
-    checks.positive_int(where, **sizes)
-    if sizes.get("n_classes", 2) < 2:
-        raise ValueError(f"{where}: n_classes must be at least 2, got {sizes['n_classes']}")
-    if pooling not in POOLINGS:
-        raise ValueError(f"{where}: pooling must be one of {POOLINGS}, got {pooling!r}")
+    checks.probability(where, "dropout", dropout)
+    for name, size in sizes.items():
+        checks.integer(where, name, size, minimum=2 if name == "n_classes" else 1)
+    checks.choice(where, "pooling", pooling, POOLINGS)
 
 
 def _outputs_fixed(bert: BERT) -> BERT:
@@ -336,10 +333,7 @@ def predict(model: FineTuningHead, batch: FineTuningBatch, **options: Any) -> to
 
 def _checked_encoder(model: FineTuningHead, trainable_layers: int) -> BERT:
     bert = _head("freeze_encoder", model).bert
-    n_layers = bert.config.n_layers
-    if isinstance(trainable_layers, bool) or not isinstance(trainable_layers, int) \
-            or not 0 <= trainable_layers <= n_layers:
-        raise ValueError(f"freeze_encoder: trainable_layers must be an int in [0, {n_layers}], got {trainable_layers!r}")
+    checks.integer("freeze_encoder", "trainable_layers", trainable_layers, minimum=0, below=bert.config.n_layers + 1)
     return bert
 
 

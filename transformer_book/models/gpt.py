@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from transformer_book import checks
 from transformer_book.attention import KVCache
 from transformer_book.masks import causal_mask
 from transformer_book.models.transformer import Encoder
@@ -56,16 +57,13 @@ class GPTConfig:
     position: str = "learned"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context", "d_model", "n_heads", "n_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPTConfig: {name} must be a positive int, got {value!r}")
-        if self.d_ff is not None and (isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1):
-            raise ValueError(f"GPTConfig: d_ff must be a positive int or None, got {self.d_ff!r}")
+        checks.positive_int("GPTConfig", vocab_size=self.vocab_size, context=self.context, d_model=self.d_model,
+                            n_heads=self.n_heads, n_layers=self.n_layers)
+        if self.d_ff is not None:
+            checks.positive_int("GPTConfig", d_ff=self.d_ff)
         if self.d_model % self.n_heads:
             raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GPTConfig: dropout must lie in [0, 1), got {self.dropout}")
+        checks.probability("GPTConfig", "dropout", self.dropout)
 
     @property
     def ff_width(self) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Real
 
 import torch
 from torch import nn
@@ -68,29 +67,21 @@ class ModernGPTConfig:
     position: str = "rotary"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context", "d_model", "n_heads", "n_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ModernGPTConfig: {name} must be a positive int, got {value!r}")
-        for name in ("n_kv_heads", "d_ff"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"ModernGPTConfig: {name} must be a positive int or None, got {value!r}")
+        checks.positive_int("ModernGPTConfig", vocab_size=self.vocab_size, context=self.context,
+                            d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers)
+        if self.n_kv_heads is not None:
+            checks.positive_int("ModernGPTConfig", n_kv_heads=self.n_kv_heads)
+        if self.d_ff is not None:
+            checks.positive_int("ModernGPTConfig", d_ff=self.d_ff)
         if self.d_model % self.n_heads:
             raise ValueError(f"ModernGPTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"ModernGPTConfig: n_heads={self.n_heads} is not divisible by "
                              f"n_kv_heads={self.kv_heads}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, Real) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"ModernGPTConfig: dropout must lie in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.tie_output, bool):
-            raise ValueError(f"ModernGPTConfig: tie_output must be a bool, got {self.tie_output!r}")
-        if (isinstance(self.rope_base, bool) or not isinstance(self.rope_base, Real)
-                or not math.isfinite(self.rope_base) or self.rope_base <= 1):
-            raise ValueError(f"ModernGPTConfig: rope_base must be a finite real > 1, got {self.rope_base!r}")
-        if (isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, Real)
-                or not math.isfinite(self.norm_eps) or self.norm_eps <= 0):
-            raise ValueError(f"ModernGPTConfig: norm_eps must be a finite real > 0, got {self.norm_eps!r}")
+        checks.probability("ModernGPTConfig", "dropout", self.dropout)
+        checks.boolean("ModernGPTConfig", tie_output=self.tie_output)
+        checks.finite_real("ModernGPTConfig", "rope_base", self.rope_base, above=1)
+        checks.finite_real("ModernGPTConfig", "norm_eps", self.norm_eps, above=0)
 
     @property
     def kv_heads(self) -> int:

@@ -199,14 +199,9 @@ class RNNSeq2SeqConfig:
         checks.positive_int("RNNSeq2SeqConfig", src_vocab_size=self.src_vocab_size, tgt_vocab_size=self.tgt_vocab_size,
                             d_embedding=self.d_embedding, d_hidden=self.d_hidden, n_layers=self.n_layers)
         checks.probability("RNNSeq2SeqConfig", "dropout", self.dropout)
-        if self.attention not in ATTENTIONS:
-            raise ValueError(
-                f"RNNSeq2SeqConfig: attention must be None, 'bahdanau' or 'luong', got {self.attention!r}"
-            )
-        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not (
-            0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size)
-        ):
-            raise ValueError(f"RNNSeq2SeqConfig: pad_id={self.pad_id!r} is outside the vocabularies")
+        checks.choice("RNNSeq2SeqConfig", "attention", self.attention, ATTENTIONS)
+        checks.integer("RNNSeq2SeqConfig", "pad_id", self.pad_id, minimum=0,    # an id of both vocabularies
+                       below=min(self.src_vocab_size, self.tgt_vocab_size))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "RNNSeq2SeqConfig: share_embeddings needs one vocabulary, got "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from transformer_book import checks
 from transformer_book.attention import KVCache
 from transformer_book.layers import DecoderLayer, EncoderLayer, LayerNorm
 from transformer_book.masks import causal_mask, combine_masks, padding_mask
@@ -70,8 +71,7 @@ def _stack(
     final_norm: bool | None,
 ) -> tuple[nn.ModuleList, LayerNorm | None]:
     """``n_layers`` fresh layers, and the final LayerNorm (by default only for pre-LN)."""
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-        raise ValueError(f"{layer.__name__} stack: n_layers must be a positive int, got {n_layers!r}")
+    checks.positive_int(f"{layer.__name__} stack", n_layers=n_layers)
     layers = nn.ModuleList(
         layer(d_model, n_heads, d_ff, dropout, norm_first=norm_first, activation=activation, eps=eps)
         for _ in range(n_layers)
@@ -218,17 +218,15 @@ class TransformerConfig:
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
-                     "n_encoder_layers", "n_decoder_layers", "max_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"TransformerConfig: {name} must be a positive int, got {value!r}")
+        checks.positive_int("TransformerConfig", src_vocab_size=self.src_vocab_size,
+                            tgt_vocab_size=self.tgt_vocab_size, d_model=self.d_model, n_heads=self.n_heads,
+                            d_ff=self.d_ff, n_encoder_layers=self.n_encoder_layers,
+                            n_decoder_layers=self.n_decoder_layers, max_len=self.max_len)
         if self.d_model % self.n_heads:
             raise ValueError(f"TransformerConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig: dropout must lie in [0, 1), got {self.dropout}")
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"TransformerConfig: pad_id={self.pad_id} is outside the vocabularies")
+        checks.probability("TransformerConfig", "dropout", self.dropout)
+        checks.integer("TransformerConfig", "pad_id", self.pad_id, minimum=0,    # an id of both vocabularies
+                       below=min(self.src_vocab_size, self.tgt_vocab_size))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "TransformerConfig: share_embeddings needs one vocabulary, got "

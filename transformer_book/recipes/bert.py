@@ -91,23 +91,16 @@ class Recipe:
     steps: int = 7_000
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "n_layers", "vocab_size", "max_len", "batch", "steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Recipe: {name} must be a positive int, got {value!r}")
-        if self.n_documents is not None and (isinstance(self.n_documents, bool) or not isinstance(self.n_documents, int)
-                                             or self.n_documents < 2):
-            raise ValueError(f"Recipe: n_documents must be None or an int >= 2, got {self.n_documents!r}")
-        if self.position not in POSITIONS:
-            raise ValueError(f"Recipe: position must be one of {POSITIONS}, got {self.position!r}")
-        if self.inputs not in INPUTS:
-            raise ValueError(f"Recipe: inputs must be one of {INPUTS}, got {self.inputs!r}")
+        checks.positive_int("Recipe", d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
+                            vocab_size=self.vocab_size, max_len=self.max_len, batch=self.batch, steps=self.steps)
+        if self.n_documents is not None:
+            checks.integer("Recipe", "n_documents", self.n_documents, minimum=2)
+        checks.choice("Recipe", "position", self.position, POSITIONS)
+        checks.choice("Recipe", "inputs", self.inputs, INPUTS)
         if self.max_len > MAX_LEN or self.max_len < 8:
             raise ValueError(f"Recipe: max_len must lie in [8, {MAX_LEN}], got {self.max_len}")
-        if not 0.0 < self.select_prob < 1.0:
-            raise ValueError(f"Recipe: select_prob must lie in (0, 1), got {self.select_prob}")
-        if not self.lr > 0:
-            raise ValueError(f"Recipe: lr must be positive, got {self.lr}")
+        checks.probability("Recipe", "select_prob", self.select_prob, zero=False)
+        checks.finite_real("Recipe", "lr", self.lr, above=0)
         BERTConfig(self.vocab_size, max_len=MAX_LEN, d_model=self.d_model, n_heads=self.n_heads,
                    n_layers=self.n_layers, dropout=self.dropout, norm_first=self.norm_first, position=self.position)
 
@@ -201,7 +194,19 @@ ROUNDS = {"first": 18, "second": 1}
 def train_config(steps: int, lr: float, budget_s: float | None = None) -> training.TrainConfig:
     """Chapter 13's optimisation for a run of ``steps`` steps: AdamW (betas 0.9, 0.999, weight
     decay 0.01), warm-up over a tenth of the steps (at most 300) then cosine decay, gradients
-    clipped at norm 1, eight validations, stopping early after ``budget_s`` seconds of training."""
+    clipped at norm 1, eight validations, stopping early after ``budget_s`` seconds of training.
+
+    Raises:
+        ValueError: ``steps`` is not a positive int (and, from the
+            :class:`~transformer_book.training.TrainConfig`, ``lr`` or ``budget_s`` not positive).
+    """
+    checks.positive_int("train_config", steps=steps)
+    return _train_config(steps, lr, budget_s)
+
+
+def _train_config(steps: int, lr: float, budget_s: float | None = None) -> training.TrainConfig:
+    """:func:`train_config` of a number of steps already checked (a recipe's, or the one
+    :func:`continue_pretraining` was given)."""
     return training.TrainConfig(steps=steps, lr=lr, betas=(0.9, 0.999), weight_decay=0.01,
                                 warmup_steps=min(300, max(1, steps // 10), steps - 1), schedule="cosine", clip_norm=1.0,
                                 eval_every=max(1, steps // 8), log_every=max(1, steps // 100), seed=0,
@@ -294,7 +299,7 @@ def train(r: Recipe, d: PretrainingData, *, device: torch.device | str | None = 
     """
     device = torch.device(device) if device is not None else runtime.select_device()
     model = new_model(r, d, seed=seed).to(device)
-    config = train_config(r.steps, r.lr, budget_s)
+    config = _train_config(r.steps, r.lr, budget_s)
     if eval_every is not None:
         config = dataclasses.replace(config, eval_every=eval_every)
     history = training.fit(model, training_batches(r, d, seed=seed), bert_loss(log, nsp=r.nsp), config,
@@ -329,8 +334,7 @@ def continue_pretraining(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequ
     Raises:
         ValueError: no text, or ``steps`` not a positive int.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"continue_pretraining: steps must be a positive int, got {steps!r}")
+    checks.positive_int("continue_pretraining", steps=steps)
     if isinstance(texts, str) or len(texts) == 0:
         raise ValueError("continue_pretraining: texts must be a non-empty list of strings")
     r = r or Recipe()
@@ -338,7 +342,7 @@ def continue_pretraining(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequ
     batches = pretraining.PretrainingBatches(sequences, r.batch, vocab_size=len(tokenizer), seed=seed,
                                              select_prob=r.select_prob)
     adapted = copy.deepcopy(model)
-    history = training.fit(adapted, batches, bert_loss(nsp=False), train_config(steps, lr if lr is not None else r.lr),
+    history = training.fit(adapted, batches, bert_loss(nsp=False), _train_config(steps, lr if lr is not None else r.lr),
                            device=device, progress=progress)
     return adapted.eval(), history
 
@@ -434,8 +438,7 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
         recipes = {n: every[n] for n in names}
     if not recipes or not all(isinstance(r, Recipe) for r in recipes.values()):
         raise ValueError("run_study: recipes must be a non-empty dict of names to Recipe")
-    if not budget_s > 0:
-        raise ValueError(f"run_study: budget_s must be positive, got {budget_s}")
+    checks.finite_real("run_study", "budget_s", budget_s, above=0)
     if documents is None:
         documents = (pretraining.wikitext2_documents("train"), pretraining.wikitext2_documents("valid"))
     timings = {}

@@ -104,7 +104,7 @@ class Recipe:
     max_len: int = 128
 
     def __post_init__(self) -> None:
-        _check_corpus(self.corpus, "Recipe")
+        checks.choice("Recipe", "corpus", self.corpus, CORPORA)
         if not isinstance(self.sizes, Sizes):
             raise TypeError(f"Recipe: sizes must be a recipes.translator.Sizes (such as CHAPTER7_SIZES), "
                             f"got {type(self.sizes).__name__}")
@@ -125,9 +125,14 @@ class Recipe:
         return dataclasses.replace(self, **changes)
 
     def train_config(self, steps: int | None = None) -> training.TrainConfig:
-        """The :class:`~transformer_book.training.TrainConfig` of this recipe (``steps`` overrides its
-        own; a run shorter than the warm-up warms up over half its steps)."""
-        steps = steps or self.steps
+        """The :class:`~transformer_book.training.TrainConfig` of this recipe (``steps``, a positive
+        int, overrides its own; a run shorter than the warm-up warms up over half its steps)."""
+        if steps is not None:
+            checks.positive_int("Recipe.train_config", steps=steps)
+        return self._train_config(self.steps if steps is None else steps)
+
+    def _train_config(self, steps: int) -> training.TrainConfig:
+        """:meth:`train_config` for a number of steps already checked."""
         warmup = self.warmup_steps if steps > self.warmup_steps else max(1, steps // 2)
         return training.TrainConfig(steps=steps, lr=self.lr, betas=(0.9, 0.98), weight_decay=0.01,
                                     warmup_steps=warmup, schedule="inverse_sqrt",
@@ -146,7 +151,12 @@ def recipe(corpus: str = "multi30k", profile: str | None = None) -> Recipe:
     Raises:
         ValueError: an unknown corpus.
     """
-    _check_corpus(corpus, "recipe")
+    checks.choice("recipe", "corpus", corpus, CORPORA)
+    return _recipe(corpus, profile)
+
+
+def _recipe(corpus: str, profile: str | None) -> Recipe:
+    """:func:`recipe` of a corpus already checked."""
     if (profile or runtime.profile()) == "full":
         return Recipe(corpus, steps=650 if corpus == "multi30k" else 960)
     return Recipe(corpus, steps=30, sizes=QUICK_SIZES, vocab_size=1_000, max_tokens=1_200, warmup_steps=5,
@@ -167,14 +177,19 @@ def corpus_splits(corpus: str = "multi30k", profile: str | None = None) -> data.
     Raises:
         ValueError: an unknown corpus.
     """
-    _check_corpus(corpus, "corpus_splits")
+    checks.choice("corpus_splits", "corpus", corpus, CORPORA)
+    return _corpus_splits(corpus, profile)
+
+
+def _corpus_splits(corpus: str, profile: str | None) -> data.TranslationSplit:
+    """:func:`corpus_splits` of a corpus already checked."""
     if corpus == "multi30k":
         split = data.TranslationSplit(data.load_multi30k("train"), data.load_multi30k("val"),
                                       data.load_multi30k("test"), held_out=0)
     else:
         split = data.split_linked_groups(data.load_tatoeba(), val_size=TATOEBA_VAL_PAIRS,
                                          test_size=TATOEBA_TEST_PAIRS, seed=0, hold_out=[RUNNING_EXAMPLE])
-    cap = recipe(corpus, profile).train_pairs
+    cap = _recipe(corpus, profile).train_pairs
     if cap is None:
         return split
     return split._replace(train=split.train[::max(1, len(split.train) // cap)][:cap],
@@ -185,7 +200,12 @@ def checkpoint_path(profile: str | None = None, *, corpus: str = "multi30k") -> 
     """Where chapter 7 saves its translator: ``<cache>/checkpoints/07_translation-<profile>.pt``
     for Multi30k, ``07_translation_tatoeba-<profile>.pt`` for Tatoeba (one file per profile, so
     that a quick run never stands in for a full one)."""
-    _check_corpus(corpus, "checkpoint_path")
+    checks.choice("checkpoint_path", "corpus", corpus, CORPORA)
+    return _checkpoint_path(profile, corpus)
+
+
+def _checkpoint_path(profile: str | None, corpus: str) -> Path:
+    """:func:`checkpoint_path` of a corpus already checked."""
     return loading.checkpoint_file("07_translation" if corpus == "multi30k" else f"07_translation_{corpus}", profile)
 
 
@@ -222,10 +242,16 @@ def train(
     Raises:
         ValueError: an unknown corpus, or ``steps`` not a positive int.
     """
-    _check_corpus(corpus, "train")
-    _check_steps(steps, "train")
-    plan = recipe(corpus)
-    split = corpus_splits(corpus)
+    checks.choice("train", "corpus", corpus, CORPORA)
+    if steps is not None:
+        checks.positive_int("train", steps=steps)
+    return _train(corpus, steps, device, progress)
+
+
+def _train(corpus: str, steps: int | None, device: torch.device | str | None, progress: bool) -> TrainedTranslator:
+    """:func:`train` of a corpus and a number of steps already checked."""
+    plan = _recipe(corpus, None)
+    split = _corpus_splits(corpus, None)
     device = torch.device(device) if device is not None else runtime.select_device()
     tokenizer = SubwordTokenizer.train([s for pair in split.train for s in pair], vocab_size=plan.vocab_size)
     batches = data.BucketedBatches(data.encode_pairs(split.train, tokenizer, max_len=plan.max_len), plan.max_tokens, seed=0)
@@ -233,7 +259,7 @@ def train(
                                     2 * plan.max_tokens, shuffle=False))
     torch.manual_seed(0)
     model = Transformer(plan.model_config(len(tokenizer)))
-    config = plan.train_config(steps)
+    config = plan._train_config(plan.steps if steps is None else steps)
     history = training.fit(model, batches, objectives.seq2seq_loss(pad_id=PAD_ID, smoothing=config.smoothing), config,
                            val_batches=lambda: val, device=device, progress=progress)
     return TrainedTranslator(model.eval(), tokenizer, history, split, plan)
@@ -250,14 +276,18 @@ def save(model: Transformer, tokenizer: SubwordTokenizer, metadata: dict[str, An
         ValueError: an unknown corpus, ``metadata`` that names another corpus, or a model that is
             not an encoder-decoder :class:`~transformer_book.models.transformer.Transformer`.
     """
-    _check_corpus(corpus, "save")
+    checks.choice("save", "corpus", corpus, CORPORA)
     if not isinstance(model, Transformer):
         raise ValueError(f"save: model must be a models.Transformer, got {type(model).__name__}")
     if metadata.get("corpus", corpus) != corpus:
         raise ValueError(f"save: metadata names corpus={metadata['corpus']!r}, the translator is saved as "
                          f"corpus={corpus!r}")
-    return checkpoints.save_model(Path(path) if path is not None else checkpoint_path(corpus=corpus), model,
-                                  tokenizer=tokenizer, metadata=_metadata(corpus, metadata))
+    return _save(model, tokenizer, metadata, corpus, Path(path) if path is not None else _checkpoint_path(None, corpus))
+
+
+def _save(model: Transformer, tokenizer: SubwordTokenizer, metadata: dict[str, Any], corpus: str, path: Path) -> Path:
+    """:func:`save` of arguments already checked."""
+    return checkpoints.save_model(path, model, tokenizer=tokenizer, metadata=_metadata(corpus, metadata))
 
 
 def load_or_train(
@@ -280,19 +310,20 @@ def load_or_train(
         ValueError: an unknown corpus, ``steps`` not a positive int, or a file at ``path`` that
             holds another kind of model (a BERT, a GPT) or a translator trained on another corpus.
     """
-    _check_corpus(corpus, "load_or_train")
-    _check_steps(steps, "load_or_train")
-    path = Path(path) if path is not None else checkpoint_path(corpus=corpus)
+    checks.choice("load_or_train", "corpus", corpus, CORPORA)
+    if steps is not None:                        # refused even when the file is there and nothing trains
+        checks.positive_int("load_or_train", steps=steps)
+    path = Path(path) if path is not None else _checkpoint_path(None, corpus)
     device = torch.device(device) if device is not None else runtime.select_device()
 
     def trained() -> tuple[nn.Module, SubwordTokenizer, dict[str, Any]]:
-        run = train(corpus, steps=steps, device=device, progress=progress)
-        save(run.model, run.tokenizer, run.summary, corpus=corpus, path=path)
+        run = _train(corpus, steps, device, progress)
+        _save(run.model, run.tokenizer, run.summary, corpus, path)
         return run.model, run.tokenizer, _metadata(corpus, run.summary)
 
     return loading.load_or_train(path, trained, model_class=Transformer, tokenizer_class=SubwordTokenizer,
                                  device=device, where="load_or_train", expect={"corpus": corpus},
-                                 unrecorded_ok=path.resolve() == checkpoint_path(corpus=corpus).resolve())
+                                 unrecorded_ok=path.resolve() == _checkpoint_path(None, corpus).resolve())
 
 
 class Translation(NamedTuple):
@@ -367,13 +398,3 @@ def translate_with_attention(
 def _metadata(corpus: str, summary: dict[str, Any]) -> dict[str, Any]:
     # What a saved translator records (save) and load_or_train returns: the corpus, then the summary.
     return {"corpus": corpus, **summary}
-
-
-def _check_steps(steps: int | None, where: str) -> None:
-    if steps is not None:
-        checks.positive_int(where, steps=steps)
-
-
-def _check_corpus(corpus: str, where: str) -> None:
-    if corpus not in CORPORA:
-        raise ValueError(f"{where}: unknown corpus {corpus!r}; known corpora: {', '.join(CORPORA)}")

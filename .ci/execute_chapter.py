@@ -32,8 +32,14 @@ def main() -> int:
     os.environ.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), PYTHONHASHSEED="0")
     for path in args.notebooks:
         notebook = nbformat.read(path, as_version=4)
-        client = NotebookClient(notebook, timeout=args.timeout, kernel_name="python3", coalesce_streams=True,
-                                record_timing=True, resources={"metadata": {"path": str(path.resolve().parent)}})
+        client = NotebookClient(
+            notebook,
+            timeout=args.timeout,
+            kernel_name="python3",
+            coalesce_streams=True,
+            record_timing=True,
+            resources={"metadata": {"path": str(path.resolve().parent)}},
+        )
         started = time.perf_counter()
         print(f"executing {path} (profile {os.environ['TB_PROFILE']}, {args.threads} threads) ...", flush=True)
         try:

@@ -32,8 +32,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-BLOCK = re.compile(r"(<!-- BEGIN generated: (?P<name>[\w-]+) \(python \.ci/front_pages\.py\) -->\n)(?P<body>.*?)"
-                   r"(<!-- END generated: (?P=name) -->)", re.DOTALL)
+BLOCK = re.compile(
+    r"(<!-- BEGIN generated: (?P<name>[\w-]+) \(python \.ci/front_pages\.py\) -->\n)(?P<body>.*?)"
+    r"(<!-- END generated: (?P=name) -->)",
+    re.DOTALL,
+)
 NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 
 # What a chapter's code calls -> what it needs that another chapter (or the package index) provides.
@@ -44,7 +47,7 @@ NEEDS = [
     (re.compile(r"\bload_encoder\("), "all-MiniLM-L6-v2 (package index)"),
     (re.compile(r"\bload_language_model\(|\btokenizer_from_gguf\("), "SmolLM2-135M-Instruct (package index)"),
 ]
-RUN_FACTS_TAG = "run-facts"     # the tag of the generated markdown cell before a chapter's first code cell
+RUN_FACTS_TAG = "run-facts"  # the tag of the generated markdown cell before a chapter's first code cell
 
 
 def _book_tables():
@@ -52,7 +55,7 @@ def _book_tables():
     if "book_tables" not in sys.modules:
         spec = importlib.util.spec_from_file_location("book_tables", ROOT / "book" / "_ext" / "book_tables.py")
         module = importlib.util.module_from_spec(spec)
-        sys.modules["book_tables"] = module   # its dataclasses look their module up there
+        sys.modules["book_tables"] = module  # its dataclasses look their module up there
         spec.loader.exec_module(module)
     return sys.modules["book_tables"]
 
@@ -107,8 +110,9 @@ def run_times() -> str:
             else:
                 when = f"{minutes:.1f} min" if minutes < 10 else f"{minutes:.0f} min"
             threads = _book_tables().notebook_status(path)["summary"].get("torch threads", "–")
-            lines.append(f"| {int(path.name[:2])}. {title(path)} | {when} | {threads} | "
-                         f"{', '.join(needs(path)) or '–'} |")
+            lines.append(
+                f"| {int(path.name[:2])}. {title(path)} | {when} | {threads} | {', '.join(needs(path)) or '–'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -130,9 +134,12 @@ def run_facts(path: Path) -> str:
     status = _book_tables().notebook_status(path)
     threads = status["summary"].get("torch threads", "?")
     minutes = _minutes(path)
-    ran = (f"The outputs on this page took {_format_minutes(minutes)} to compute in the `full` profile on "
-           f"{threads} CPU thread{'' if threads == '1' else 's'} (their last run, {status['finished']:%Y-%m-%d})."
-           if minutes is not None else "The outputs on this page carry no timings.")
+    ran = (
+        f"The outputs on this page took {_format_minutes(minutes)} to compute in the `full` profile on "
+        f"{threads} CPU thread{'' if threads == '1' else 's'} (their last run, {status['finished']:%Y-%m-%d})."
+        if minutes is not None
+        else "The outputs on this page carry no timings."
+    )
     lines = ["```{admonition} Running this chapter", ":class: tip", ran]
     chapter_of = {"chapter 7's translators": "07", "chapter 9's GPT": "09", "chapter 13's BERT": "13"}
     own = []
@@ -141,9 +148,11 @@ def run_facts(path: Path) -> str:
             (source,) = (ROOT / "book").glob(f"{chapter_of[need]}_*.ipynb")
             took = _minutes(source)
             it = "them" if need.endswith("s") else "it"
-            own.append(f"{need} from the cache, training {it} first when the cache has none (chapter "
-                       f"{int(chapter_of[need])} runs in {_format_minutes(took) if took else 'an unrecorded time'} "
-                       f"on two cores, most of it that training)")
+            own.append(
+                f"{need} from the cache, training {it} first when the cache has none (chapter "
+                f"{int(chapter_of[need])} runs in {_format_minutes(took) if took else 'an unrecorded time'} "
+                f"on two cores, most of it that training)"
+            )
         else:
             name = need.split(" (")[0]
             entry = CATALOGUE[name]
@@ -207,12 +216,18 @@ def main() -> int:
     args = parser.parse_args()
     text = README.read_text(encoding="utf-8")
     fresh = render(text)
-    stale = {path: notebook for path in (p for _, paths in chapters() for p in paths)
-             if (notebook := render_notebook(path)) is not None}
+    stale = {
+        path: notebook
+        for path in (p for _, paths in chapters() for p in paths)
+        if (notebook := render_notebook(path)) is not None
+    }
     if args.check:
         if fresh != text:
-            sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), fresh.splitlines(True), "README.md",
-                                                       "README.md (generated)"))
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    text.splitlines(True), fresh.splitlines(True), "README.md", "README.md (generated)"
+                )
+            )
         for path in stale:
             print(f"{path.relative_to(ROOT)}: its {RUN_FACTS_TAG!r} cell is stale")
         return int(fresh != text or bool(stale))

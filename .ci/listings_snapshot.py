@@ -3,14 +3,16 @@ import re
 import sys
 from pathlib import Path
 
-root = sys.argv[1]; sys.path.insert(0, root)
+root = sys.argv[1]
+sys.path.insert(0, root)
 import transformer_book
 from transformer_book import listings
 
 assert transformer_book.__file__.startswith(root), transformer_book.__file__
 
 ns = {}
-exec("""
+exec(
+    """
 import transformer_book as tb
 from transformer_book import *
 from transformer_book import attention, masks, positional, layers, models, decoding, training, prompting, embeddings
@@ -20,7 +22,9 @@ from transformer_book.data import pretraining
 from transformer_book.tokenizers.subword import SubwordTokenizer
 from transformer_book.models.elmo import BiLM, LSTMCell, ScalarMix
 from transformer_book.data.incontext import InContextTask
-""", ns)
+""",
+    ns,
+)
 out = {}
 for nb in sorted(Path(root, "book").glob("[0-9]*.ipynb")):
     for c in json.load(open(nb))["cells"]:

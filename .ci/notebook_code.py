@@ -33,12 +33,15 @@ def main(out: Path) -> None:
             source = "".join(cell["source"])
             # IPython magics and shell escapes are not Python: kept as comments after a `pass`, which
             # keeps the block they sit in (`if ...: %pip install ...`) valid
-            source = "\n".join(line[: len(line) - len(line.lstrip())] + "pass  # " + line.lstrip()
-                               if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+            source = "\n".join(
+                line[: len(line) - len(line.lstrip())] + "pass  # " + line.lstrip()
+                if line.lstrip().startswith(("%", "!"))
+                else line
+                for line in source.splitlines()
+            )
             parts.append(f"# cell {index}\n{source}\n")
         (out / "book" / f"{notebook.stem}.py").write_text("\n".join(parts))
-    shutil.copytree(ROOT / "transformer_book", out / "transformer_book",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "transformer_book", out / "transformer_book", ignore=shutil.ignore_patterns("__pycache__"))
 
 
 if __name__ == "__main__":

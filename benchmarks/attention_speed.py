@@ -56,15 +56,21 @@ def inputs(device: torch.device, seed: int = 0, length: int = LENGTH):
     return q, k, v, upstream, mask
 
 
-def run(device_name: str = "cpu", repeats: int = 15, warmup: int = 3, min_block_s: float = 0.2,
-        threads: int | None = None, length: int = LENGTH) -> dict:
+def run(
+    device_name: str = "cpu",
+    repeats: int = 15,
+    warmup: int = 3,
+    min_block_s: float = 0.2,
+    threads: int | None = None,
+    length: int = LENGTH,
+) -> dict:
     device = torch.device(device_name)
     if threads is not None:
         torch.set_num_threads(threads)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available")
     q, k, v, upstream, mask = inputs(device, length=length)
-    attend = ~mask                                     # PyTorch's boolean attn_mask: True = attend
+    attend = ~mask  # PyTorch's boolean attn_mask: True = attend
 
     def ours() -> tuple[torch.Tensor, ...]:
         out, _ = scaled_dot_product_attention(q, k, v, mask)
@@ -79,16 +85,34 @@ def run(device_name: str = "cpu", repeats: int = 15, warmup: int = 3, min_block_
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name} differs: {m}")
     contenders = {OURS: ours, TORCH: theirs}
     timing = interleaved(contenders, device, repeats, warmup=warmup, min_block_s=min_block_s)
-    rows = [{"implementation": name, "median_ms": timing.median(name) * 1e3, "min_ms": timing.best(name) * 1e3,
-             "max_ms": timing.worst(name) * 1e3, "samples_ms": [t * 1e3 for t in timing.samples[name]]}
-            for name in contenders]
+    rows = [
+        {
+            "implementation": name,
+            "median_ms": timing.median(name) * 1e3,
+            "min_ms": timing.best(name) * 1e3,
+            "max_ms": timing.worst(name) * 1e3,
+            "samples_ms": [t * 1e3 for t in timing.samples[name]],
+        }
+        for name in contenders
+    ]
     return {
         "benchmark": "attention_speed: scaled dot-product attention with a padding mask, forward + backward",
-        "machine": machine_description(device), "python": platform.python_version(), "torch": torch.__version__,
-        "device": str(device), "threads": torch.get_num_threads(),
-        "shape": {"batch": BATCH, "heads": HEADS, "length": length, "d_head": D_HEAD, "dtype": "float32",
-                  "real_key_share": float((~mask).float().mean())},
-        "repeats": repeats, "calls_per_measurement": timing.calls_per_block, "rows": rows,
+        "machine": machine_description(device),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "shape": {
+            "batch": BATCH,
+            "heads": HEADS,
+            "length": length,
+            "d_head": D_HEAD,
+            "dtype": "float32",
+            "real_key_share": float((~mask).float().mean()),
+        },
+        "repeats": repeats,
+        "calls_per_measurement": timing.calls_per_block,
+        "rows": rows,
         "ratio_ours_over_torch_median": timing.median(OURS) / timing.median(TORCH),
         "ratio_ours_over_torch_best": timing.best(OURS) / timing.best(TORCH),
     }
@@ -106,15 +130,19 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--length must be at least 2")
     result = run(args.device, args.repeats, args.warmup, args.min_block_s, args.threads, args.length)
     s = result["shape"]
-    print(f"scaled dot-product attention, forward + backward, {s['dtype']}, batch {s['batch']}, {s['heads']} heads, "
-          f"length {s['length']}, {s['d_head']} per head, {s['real_key_share']:.0%} of keys real; {result['machine']}, "
-          f"torch {result['torch']}, {result['threads']} threads; median of {result['repeats']} rounds of "
-          f"{result['calls_per_measurement']} call(s)\n")
+    print(
+        f"scaled dot-product attention, forward + backward, {s['dtype']}, batch {s['batch']}, {s['heads']} heads, "
+        f"length {s['length']}, {s['d_head']} per head, {s['real_key_share']:.0%} of keys real; {result['machine']}, "
+        f"torch {result['torch']}, {result['threads']} threads; median of {result['repeats']} rounds of "
+        f"{result['calls_per_measurement']} call(s)\n"
+    )
     print("| implementation | median ms | min ms | max ms |\n|---|---:|---:|---:|")
     for row in result["rows"]:
         print(f"| {row['implementation']} | {row['median_ms']:.2f} | {row['min_ms']:.2f} | {row['max_ms']:.2f} |")
-    print(f"\nratio ours / torch: {result['ratio_ours_over_torch_median']:.3f} (medians), "
-          f"{result['ratio_ours_over_torch_best']:.3f} (best rounds)")
+    print(
+        f"\nratio ours / torch: {result['ratio_ours_over_torch_median']:.3f} (medians), "
+        f"{result['ratio_ours_over_torch_best']:.3f} (best rounds)"
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written to {args.output}")

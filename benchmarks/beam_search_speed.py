@@ -44,10 +44,20 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "beam_search_spee
 def chapter8_plain_beam_search(model: torch.nn.Module, device: torch.device):
     """``plain_beam_search`` as chapter 8 defines it, bound to ``model`` and ``device``."""
     notebook = json.loads((ROOT / "book" / "08_decoding.ipynb").read_text(encoding="utf-8"))
-    source = next("".join(c["source"]) for c in notebook["cells"]
-                  if c["cell_type"] == "code" and "".join(c["source"]).startswith("def plain_beam_search"))
-    definition = source.split("\n\n\n")[0]                     # the function, not the cell's demonstration
-    namespace = {"torch": torch, "model": model, "device": device, "SOS_ID": SOS_ID, "EOS_ID": EOS_ID, "tokenizer": None}
+    source = next(
+        "".join(c["source"])
+        for c in notebook["cells"]
+        if c["cell_type"] == "code" and "".join(c["source"]).startswith("def plain_beam_search")
+    )
+    definition = source.split("\n\n\n")[0]  # the function, not the cell's demonstration
+    namespace = {
+        "torch": torch,
+        "model": model,
+        "device": device,
+        "SOS_ID": SOS_ID,
+        "EOS_ID": EOS_ID,
+        "tokenizer": None,
+    }
     exec(compile(definition, "book/08_decoding.ipynb", "exec"), namespace)  # the book's own code
     return namespace["plain_beam_search"]
 
@@ -55,10 +65,17 @@ def chapter8_plain_beam_search(model: torch.nn.Module, device: torch.device):
 def run(device_name: str, sentences: int, beam: int, max_new: int, repeats: int, small: bool) -> dict:
     device = torch.device(device_name)
     torch.manual_seed(0)
-    sizes = dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1) if small else \
-        dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3)
+    sizes = (
+        dict(d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1)
+        if small
+        else dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3)
+    )
     vocab = 500 if small else 8000
-    model = Transformer(TransformerConfig(vocab, vocab, max_len=max(max_new + 2, 16), share_embeddings=True, **sizes)).to(device).eval()
+    model = (
+        Transformer(TransformerConfig(vocab, vocab, max_len=max(max_new + 2, 16), share_embeddings=True, **sizes))
+        .to(device)
+        .eval()
+    )
     g = torch.Generator().manual_seed(1)
     lengths = torch.randint(5, 15, (sentences,), generator=g).tolist()
     sources = [torch.randint(4, vocab, (n,), generator=g).tolist() + [EOS_ID] for n in lengths]
@@ -74,19 +91,30 @@ def run(device_name: str, sentences: int, beam: int, max_new: int, repeats: int,
     def loop():
         return [plain(s, k=beam, max_new=max_new) for s in sources]
 
-    ours, theirs = batched(), loop()                              # also the warm-up
+    ours, theirs = batched(), loop()  # also the warm-up
     for i, (a, b) in enumerate(zip(ours, theirs)):
         assert a[0][0] == b[0][0], f"sentence {i}: the two searches found different best hypotheses"
         assert abs(a[0][1] - b[0][1]) < 1e-3, f"sentence {i}: scores {a[0][1]} and {b[0][1]}"
     paths = {"batched": batched, "loop": loop}
-    timing = interleaved(paths, device, repeats, warmup=0)        # the check above was the warm-up
+    timing = interleaved(paths, device, repeats, warmup=0)  # the check above was the warm-up
     samples = timing.samples
     median = {k: timing.median(k) for k in paths}
-    return {"benchmark": "beam_search_speed", "machine": machine_description(device), "device": device.type,
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "sentences": sentences, "beam": beam,
-            "max_new_tokens": max_new, "parameters": sum(p.numel() for p in model.parameters()), "repeats": repeats,
-            "batched_s": median["batched"], "loop_s": median["loop"], "speedup": median["loop"] / median["batched"],
-            "samples_s": samples}
+    return {
+        "benchmark": "beam_search_speed",
+        "machine": machine_description(device),
+        "device": device.type,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "sentences": sentences,
+        "beam": beam,
+        "max_new_tokens": max_new,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "repeats": repeats,
+        "batched_s": median["batched"],
+        "loop_s": median["loop"],
+        "speedup": median["loop"] / median["batched"],
+        "samples_s": samples,
+    }
 
 
 def main() -> None:
@@ -100,9 +128,11 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
     result = run(args.device, args.sentences, args.beam, args.max_new, args.repeats, args.small)
-    print(f"{args.sentences} sentences, beam {args.beam}, up to {args.max_new} new tokens, {result['parameters']:,} "
-          f"parameters: batched {result['batched_s']:.2f} s, chapter 8's loop {result['loop_s']:.2f} s "
-          f"({result['speedup']:.1f}x)")
+    print(
+        f"{args.sentences} sentences, beam {args.beam}, up to {args.max_new} new tokens, {result['parameters']:,} "
+        f"parameters: batched {result['batched_s']:.2f} s, chapter 8's loop {result['loop_s']:.2f} s "
+        f"({result['speedup']:.1f}x)"
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -108,8 +108,14 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device, c = torch.device(args.device), CONFIGS[args.config]
-    config = BERTConfig(c["vocab_size"], max_len=c["max_len"], d_model=c["d_model"], n_heads=c["n_heads"],
-                        n_layers=c["n_layers"], dropout=0.1)
+    config = BERTConfig(
+        c["vocab_size"],
+        max_len=c["max_len"],
+        d_model=c["d_model"],
+        n_heads=c["n_heads"],
+        n_layers=c["n_layers"],
+        dropout=0.1,
+    )
     torch.manual_seed(0)
     ours = BERT(config).to(device)
     with torch.no_grad():  # non-trivial norm parameters and biases, so the check covers them
@@ -127,8 +133,9 @@ def main() -> None:
     ours.train(), theirs.train()
     models = {"ours": ours, "torch": theirs}
     optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.01) for name, m in models.items()}
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.amp and device.type == "cuda" \
-        else nullcontext
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.amp and device.type == "cuda" else nullcontext
+    )
 
     def loss_of(model: torch.nn.Module, batch: object) -> torch.Tensor:
         return pretraining_loss(model, batch).total
@@ -137,20 +144,38 @@ def main() -> None:
     passes = {name: training_pass(models[name], optimizers[name], batches, loss_of, autocast) for name in models}
     timing = interleaved(passes, device, args.repeats, warmup=1)
     samples = {name: [t / len(batches) for t in timing.samples[name]] for name in models}  # seconds per step
-    rows = {name: {"median_ms": median(s) * 1e3, "min_ms": min(s) * 1e3,
-                   "sequences_per_s": c["batch"] / median(s), "samples_ms": [x * 1e3 for x in s]}
-            for name, s in samples.items()}
+    rows = {
+        name: {
+            "median_ms": median(s) * 1e3,
+            "min_ms": min(s) * 1e3,
+            "sequences_per_s": c["batch"] / median(s),
+            "samples_ms": [x * 1e3 for x in s],
+        }
+        for name, s in samples.items()
+    }
     ratio = rows["torch"]["median_ms"] / rows["ours"]["median_ms"]
     ratio_best = rows["torch"]["min_ms"] / rows["ours"]["min_ms"]
     padded = sum(int((b.tokens != 0).sum()) for b in batches) / sum(b.tokens.numel() for b in batches)
-    result = {"benchmark": "bert_pretraining_speed", "config": args.config, **c, "device": device.type,
-              "amp": bool(args.amp and device.type == "cuda"), "machine": machine_description(device),
-              "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "parameters": sum(p.numel() for p in ours.parameters()), "real_token_share": padded, "rows": rows,
-              "ratio_ours_over_torch_median": ratio, "ratio_ours_over_torch_best": ratio_best}
-    print(f"\n{args.config}: {result['parameters']:,} parameters, batches of {c['batch']} pairs of up to {c['length']} "
-          f"tokens ({padded:.0%} real), {result['machine']}, {result['threads']} threads, torch {torch.__version__}"
-          f"{', bf16 autocast' if result['amp'] else ''}\n")
+    result = {
+        "benchmark": "bert_pretraining_speed",
+        "config": args.config,
+        **c,
+        "device": device.type,
+        "amp": bool(args.amp and device.type == "cuda"),
+        "machine": machine_description(device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "parameters": sum(p.numel() for p in ours.parameters()),
+        "real_token_share": padded,
+        "rows": rows,
+        "ratio_ours_over_torch_median": ratio,
+        "ratio_ours_over_torch_best": ratio_best,
+    }
+    print(
+        f"\n{args.config}: {result['parameters']:,} parameters, batches of {c['batch']} pairs of up to {c['length']} "
+        f"tokens ({padded:.0%} real), {result['machine']}, {result['threads']} threads, torch {torch.__version__}"
+        f"{', bf16 autocast' if result['amp'] else ''}\n"
+    )
     print("| implementation | median ms/step | best ms/step | sequences/s (median) |")
     print("|---|---:|---:|---:|")
     for name, row in rows.items():

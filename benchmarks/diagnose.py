@@ -87,8 +87,11 @@ def twin(device: torch.device) -> dict:
 
     c = CONFIGS["cpu"]
     torch.manual_seed(0)
-    ours = GPT(GPTConfig(65, context=c["context"], d_model=c["d_model"], n_heads=c["n_heads"], n_layers=c["n_layers"],
-                         dropout=0.0)).to(device)
+    ours = GPT(
+        GPTConfig(
+            65, context=c["context"], d_model=c["d_model"], n_heads=c["n_heads"], n_layers=c["n_layers"], dropout=0.0
+        )
+    ).to(device)
     theirs = TorchGPT(ours).to(device)
     batch = torch.randint(0, 65, (c["batch"], c["context"] + 1), device=device)
 
@@ -100,10 +103,13 @@ def twin(device: torch.device) -> dict:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+
         return step
 
-    out = {"ours_eager_ms": 1e3 * _median_time(step_of(ours), device, 10),
-           "twin_eager_ms": 1e3 * _median_time(step_of(theirs), device, 10)}
+    out = {
+        "ours_eager_ms": 1e3 * _median_time(step_of(ours), device, 10),
+        "twin_eager_ms": 1e3 * _median_time(step_of(theirs), device, 10),
+    }
     with fused_layer_norm():
         out["ours_fused_layernorm_eager_ms"] = 1e3 * _median_time(step_of(ours), device, 10)
     out["ours_compiled_ms"] = 1e3 * _median_time(step_of(torch.compile(ours)), device, 10)
@@ -119,11 +125,16 @@ def layernorm(device: torch.device, smoke: bool = False) -> dict:
     out = {}
     with tempfile.TemporaryDirectory() as scratch:
         for script, arguments, ratio in (
-            ("bert_pretraining_speed.py", ["--config", "chapter", "--steps", "1" if smoke else "5", "--repeats",
-                                           "1" if smoke else "3"],
-             lambda d: d["rows"]["ours"]["median_ms"] / d["rows"]["torch"]["median_ms"]),
-            ("translation_training_speed.py", ["--smoke"] if smoke else ["--repeats", "3"],
-             lambda d: 1 / d["ratio_ours_to_torch_throughput"]),
+            (
+                "bert_pretraining_speed.py",
+                ["--config", "chapter", "--steps", "1" if smoke else "5", "--repeats", "1" if smoke else "3"],
+                lambda d: d["rows"]["ours"]["median_ms"] / d["rows"]["torch"]["median_ms"],
+            ),
+            (
+                "translation_training_speed.py",
+                ["--smoke"] if smoke else ["--repeats", "3"],
+                lambda d: 1 / d["ratio_ours_to_torch_throughput"],
+            ),
         ):
             for label, context in (("as_is", nullcontext), ("fused_layernorm", fused_layer_norm)):
                 path = Path(scratch) / f"{script}.{label}.json"
@@ -158,8 +169,9 @@ def word2vec(device: torch.device) -> dict:
         order = torch.as_tensor(rng.permutation(len(centres)))
         torch.as_tensor(centres)[order], torch.as_tensor(contexts)[order]
         out[f"{name}_examples_s_per_epoch"] = time.perf_counter() - start
-        result = train_word2vec(corpus, counts, Word2VecConfig(architecture=name, epochs=5), device=device,
-                                progress=False)
+        result = train_word2vec(
+            corpus, counts, Word2VecConfig(architecture=name, epochs=5), device=device, progress=False
+        )
         out[f"{name}_train_s_per_epoch"] = result.seconds / 5
     return out
 
@@ -167,8 +179,12 @@ def word2vec(device: torch.device) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--only", nargs="+", choices=("kv", "twin", "layernorm", "word2vec"),
-                        default=["kv", "twin", "layernorm", "word2vec"])
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=("kv", "twin", "layernorm", "word2vec"),
+        default=["kv", "twin", "layernorm", "word2vec"],
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--smoke", action="store_true", help="the layernorm section at tiny sizes (checks the script)")
     parser.add_argument("--output", type=Path, default=None)
@@ -176,12 +192,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    result = {"benchmark": "diagnose", "device": device.type, "machine": machine_description(device),
-              "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    result = {
+        "benchmark": "diagnose",
+        "device": device.type,
+        "machine": machine_description(device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     for name in args.only:
         try:
-            result[name] = {"kv": kv, "twin": twin, "layernorm": lambda d: layernorm(d, args.smoke), "word2vec": word2vec}[name](device)
+            result[name] = {
+                "kv": kv,
+                "twin": twin,
+                "layernorm": lambda d: layernorm(d, args.smoke),
+                "word2vec": word2vec,
+            }[name](device)
         except Exception as err:  # one failed measurement must not lose the others
             result[name] = {"error": f"{type(err).__name__}: {err}"}
             print(name, "failed:", result[name]["error"], flush=True)

@@ -82,8 +82,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device, c = torch.device(args.device), CONFIGS[args.config]
     torch.manual_seed(0)
-    ours = GPT(GPTConfig(65, context=c["context"], d_model=c["d_model"], n_heads=c["n_heads"], n_layers=c["n_layers"],
-                         dropout=0.0)).to(device)
+    ours = GPT(
+        GPTConfig(
+            65, context=c["context"], d_model=c["d_model"], n_heads=c["n_heads"], n_layers=c["n_layers"], dropout=0.0
+        )
+    ).to(device)
     with torch.no_grad():  # non-trivial norm parameters and biases, so the check covers them
         for p in ours.parameters():
             if p.dim() == 1:
@@ -102,8 +105,10 @@ def main() -> None:
     theirs.output.weight = theirs.embedding.weight
     theirs.positional = type(ours.positional)(c["context"], c["d_model"]).to(device)
     theirs.positional.load_state_dict(ours.positional.state_dict())
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
-                  for name, model in (("ours", ours), ("torch", theirs))}
+    optimizers = {
+        name: torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        for name, model in (("ours", ours), ("torch", theirs))
+    }
     models = {"ours": ours, "torch": theirs}
 
     def loss_of(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
@@ -114,18 +119,34 @@ def main() -> None:
     timing = interleaved(passes, device, args.repeats, warmup=1)
     samples = {name: [t / len(batches) for t in timing.samples[name]] for name in models}  # seconds per step
     tokens = c["batch"] * c["context"]
-    rows = {name: {"median_ms": median(s) * 1e3, "min_ms": min(s) * 1e3,
-                   "tokens_per_s": tokens / median(s), "samples_ms": [x * 1e3 for x in s]}
-            for name, s in samples.items()}
+    rows = {
+        name: {
+            "median_ms": median(s) * 1e3,
+            "min_ms": min(s) * 1e3,
+            "tokens_per_s": tokens / median(s),
+            "samples_ms": [x * 1e3 for x in s],
+        }
+        for name, s in samples.items()
+    }
     ratio = rows["torch"]["median_ms"] / rows["ours"]["median_ms"]
     ratio_best = rows["torch"]["min_ms"] / rows["ours"]["min_ms"]
-    result = {"benchmark": "gpt_training_speed", "config": args.config, **c, "device": device.type,
-              "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "parameters": sum(p.numel() for p in ours.parameters()), "rows": rows,
-              "ratio_ours_over_torch_median": ratio, "ratio_ours_over_torch_best": ratio_best}
-    print(f"\n{args.config}: {result['parameters']:,} parameters, {tokens} tokens per step, {device.type}, "
-          f"{result['threads']} threads, torch {torch.__version__}\n")
+    result = {
+        "benchmark": "gpt_training_speed",
+        "config": args.config,
+        **c,
+        "device": device.type,
+        "machine": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "parameters": sum(p.numel() for p in ours.parameters()),
+        "rows": rows,
+        "ratio_ours_over_torch_median": ratio,
+        "ratio_ours_over_torch_best": ratio_best,
+    }
+    print(
+        f"\n{args.config}: {result['parameters']:,} parameters, {tokens} tokens per step, {device.type}, "
+        f"{result['threads']} threads, torch {torch.__version__}\n"
+    )
     print("| implementation | median ms/step | best ms/step | tokens/s (median) |")
     print("|---|---:|---:|---:|")
     for name, row in rows.items():

@@ -62,8 +62,15 @@ def _record(out: Path, chapter: str, metric: str, value: float, *, device: torch
     print(f"recorded {chapter} / {metric}: {value:.3f} {unit}", flush=True)
 
 
-def translator(out: Path, device: torch.device, budget_s: float, steps: int, max_tokens: int,
-               smoke: bool = False, candidates: Sequence[str] = tuple(CANDIDATES)) -> None:
+def translator(
+    out: Path,
+    device: torch.device,
+    budget_s: float,
+    steps: int,
+    max_tokens: int,
+    smoke: bool = False,
+    candidates: Sequence[str] = tuple(CANDIDATES),
+) -> None:
     """Train the candidates on Multi30k, pick by validation loss, score the pick on the test set."""
     split = mt.corpus_splits("multi30k", profile="full")
     test = split.test
@@ -74,21 +81,33 @@ def translator(out: Path, device: torch.device, budget_s: float, steps: int, max
     started = time.perf_counter()
     tokenizer = SubwordTokenizer.train([s for pair in split.train for s in pair], vocab_size=base.vocab_size)
     encoded = data.encode_pairs(split.train, tokenizer, max_len=base.max_len)
-    val = list(data.BucketedBatches(data.encode_pairs(split.val, tokenizer, max_len=base.max_len), 2 * max_tokens,
-                                    shuffle=False))
+    val = list(
+        data.BucketedBatches(
+            data.encode_pairs(split.val, tokenizer, max_len=base.max_len), 2 * max_tokens, shuffle=False
+        )
+    )
     runs = {}
     for name, sizes in ((n, CANDIDATES[n]) for n in candidates):
         plan = base.replace(sizes=sizes, steps=steps, max_tokens=max_tokens)
         torch.manual_seed(0)
         model = Transformer(plan.model_config(len(tokenizer)))
-        config = dataclasses.replace(plan.train_config(), time_budget_s=budget_s, eval_every=max(1, steps // 10),
-                                     compile=False)   # batches of many lengths: compiling would recompile
-        history = training.fit(model, data.BucketedBatches(encoded, max_tokens, seed=0),
-                               objectives.seq2seq_loss(pad_id=PAD_ID, smoothing=config.smoothing), config,
-                               val_batches=lambda: val, device=device)
+        config = dataclasses.replace(
+            plan.train_config(), time_budget_s=budget_s, eval_every=max(1, steps // 10), compile=False
+        )  # batches of many lengths: compiling would recompile
+        history = training.fit(
+            model,
+            data.BucketedBatches(encoded, max_tokens, seed=0),
+            objectives.seq2seq_loss(pad_id=PAD_ID, smoothing=config.smoothing),
+            config,
+            val_batches=lambda: val,
+            device=device,
+        )
         runs[name] = (model.eval(), history, plan, sum(p.numel() for p in model.parameters()))
-        print(f"{name}: {history.train_loss[-1][0]:,} steps in {history.train_time_s[-1][1]:.0f} s, "
-              f"validation loss {history.val_loss[-1][1]:.3f}", flush=True)
+        print(
+            f"{name}: {history.train_loss[-1][0]:,} steps in {history.train_time_s[-1][1]:.0f} s, "
+            f"validation loss {history.val_loss[-1][1]:.3f}",
+            flush=True,
+        )
     chosen = min(runs, key=lambda n: runs[n][1].val_loss[-1][1])
     model, history, plan, n_params = runs[chosen]
     sources, references = [de for de, _ in test], [en for _, en in test]
@@ -97,24 +116,48 @@ def translator(out: Path, device: torch.device, budget_s: float, steps: int, max
     wall = time.perf_counter() - started
     steps_done = history.train_loss[-1][0]
     seconds = history.train_time_s[-1][1]
-    others = " and ".join(f"{n} {r[1].val_loss[-1][1]:.3f} after {r[1].train_loss[-1][0]:,} steps"
-                          for n, r in runs.items())
+    others = " and ".join(
+        f"{n} {r[1].val_loss[-1][1]:.3f} after {r[1].train_loss[-1][0]:,} steps" for n, r in runs.items()
+    )
     sizes = plan.sizes
     picked = f"the better of {len(runs)} translators by validation loss ({others}); " if len(runs) > 1 else ""
-    notes = (f"{picked}{chosen}: d_model {sizes.d_model}, "
-             f"{sizes.n_heads} heads, d_ff {sizes.d_ff:,}, {n_params:,} parameters, "
-             f"{steps_done:,} steps of up to {max_tokens:,} padded positions in {seconds:.0f} s of training; "
-             f"chapter 7's recipe otherwise (joint SentencePiece BPE of {base.vocab_size:,}, label smoothing 0.1, "
-             f"inverse-square-root schedule, peak lr {base.lr:g})")
+    notes = (
+        f"{picked}{chosen}: d_model {sizes.d_model}, "
+        f"{sizes.n_heads} heads, d_ff {sizes.d_ff:,}, {n_params:,} parameters, "
+        f"{steps_done:,} steps of up to {max_tokens:,} padded positions in {seconds:.0f} s of training; "
+        f"chapter 7's recipe otherwise (joint SentencePiece BPE of {base.vocab_size:,}, label smoothing 0.1, "
+        f"inverse-square-root schedule, peak lr {base.lr:g})"
+    )
     greedy_split = f"test_2016_flickr ({len(test):,} pairs), greedy decoding, sacreBLEU on detokenised text"
     beam_split = f"test_2016_flickr ({len(test):,} pairs), beam 5 (length-normalised), sacreBLEU on detokenised text"
     common = dict(device=device, dataset="Multi30k (German to English)", notes=notes, wall_time_s=wall)
-    _record(out, "07_translation", "BLEU, Transformer", metrics.corpus_bleu(greedy, references), split=greedy_split,
-            higher_is_better=True, **common)
-    _record(out, "07_translation", "chrF, Transformer", metrics.corpus_chrf(greedy, references), split=greedy_split,
-            higher_is_better=True, **common)
-    _record(out, "07_translation", "BLEU, Transformer, beam 5", metrics.corpus_bleu(beam, references),
-            split=beam_split, higher_is_better=True, **common)
+    _record(
+        out,
+        "07_translation",
+        "BLEU, Transformer",
+        metrics.corpus_bleu(greedy, references),
+        split=greedy_split,
+        higher_is_better=True,
+        **common,
+    )
+    _record(
+        out,
+        "07_translation",
+        "chrF, Transformer",
+        metrics.corpus_chrf(greedy, references),
+        split=greedy_split,
+        higher_is_better=True,
+        **common,
+    )
+    _record(
+        out,
+        "07_translation",
+        "BLEU, Transformer, beam 5",
+        metrics.corpus_bleu(beam, references),
+        split=beam_split,
+        higher_is_better=True,
+        **common,
+    )
 
 
 def bert(out: Path, device: torch.device, budget_s: float, smoke: bool = False) -> None:
@@ -126,22 +169,38 @@ def bert(out: Path, device: torch.device, budget_s: float, smoke: bool = False) 
         chosen = chosen.replace(n_documents=40, steps=20)
     d = small_bert.prepare_data(chosen)
     valid = small_bert.validation_batches(d)
-    model, history = small_bert.train(chosen, d, device=device, val_batches=valid[: max(1, 1_000 // 64)],
-                                      budget_s=budget_s)
+    model, history = small_bert.train(
+        chosen, d, device=device, val_batches=valid[: max(1, 1_000 // 64)], budget_s=budget_s
+    )
     final = small_bert.evaluate_pretraining(model, valid, device=device, nsp=chosen.nsp)
     unigram = small_bert.unigram_cross_entropy(d, valid)
     steps_done, seconds = history.train_loss[-1][0], history.train_time_s[-1][1]
-    notes = (f"chapter 13's GPU recipe ({chosen.n_layers} layers of width {chosen.d_model}, {chosen.n_heads} heads, "
-             f"batches of {chosen.batch} sequences of {chosen.max_len} pieces, peak lr {chosen.lr:g}, "
-             f"{chosen.vocab_size:,} pieces, no next-sentence prediction); {steps_done:,} of {chosen.steps:,} steps in "
-             f"{seconds:.0f} s of training; unigram baseline on the same selected pieces {unigram:.3f}")
+    notes = (
+        f"chapter 13's GPU recipe ({chosen.n_layers} layers of width {chosen.d_model}, {chosen.n_heads} heads, "
+        f"batches of {chosen.batch} sequences of {chosen.max_len} pieces, peak lr {chosen.lr:g}, "
+        f"{chosen.vocab_size:,} pieces, no next-sentence prediction); {steps_done:,} of {chosen.steps:,} steps in "
+        f"{seconds:.0f} s of training; unigram baseline on the same selected pieces {unigram:.3f}"
+    )
     n_sequences = sum(len(b.tokens) for b in valid)
     split = f"validation articles: {n_sequences:,} sequences, 15% of the pieces masked once with a fixed seed"
-    print(f"BERT: {steps_done:,} steps in {seconds:.0f} s, validation MLM {final['mlm_loss']:.3f} "
-          f"(unigram {unigram:.3f})", flush=True)
-    _record(out, "13_bert_pretraining", "validation MLM loss", final["mlm_loss"], unit="nats/piece",
-            higher_is_better=False, device=device, dataset="WikiText-2 (BERT pretraining)", split=split, notes=notes,
-            wall_time_s=time.perf_counter() - started)
+    print(
+        f"BERT: {steps_done:,} steps in {seconds:.0f} s, validation MLM {final['mlm_loss']:.3f} "
+        f"(unigram {unigram:.3f})",
+        flush=True,
+    )
+    _record(
+        out,
+        "13_bert_pretraining",
+        "validation MLM loss",
+        final["mlm_loss"],
+        unit="nats/piece",
+        higher_is_better=False,
+        device=device,
+        dataset="WikiText-2 (BERT pretraining)",
+        split=split,
+        notes=notes,
+        wall_time_s=time.perf_counter() - started,
+    )
 
 
 def main() -> None:
@@ -150,21 +209,39 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=["translator", "bert"], default=["translator", "bert"])
     parser.add_argument("--translator-budget", type=float, default=140.0, help="seconds of training per candidate")
     parser.add_argument("--translator-steps", type=int, default=3_000)
-    parser.add_argument("--candidates", nargs="+", choices=list(CANDIDATES), default=list(CANDIDATES),
-                        help="the translators to train (default both; the better by validation loss is tested)")
+    parser.add_argument(
+        "--candidates",
+        nargs="+",
+        choices=list(CANDIDATES),
+        default=list(CANDIDATES),
+        help="the translators to train (default both; the better by validation loss is tested)",
+    )
     parser.add_argument("--max-tokens", type=int, default=6_000)
     parser.add_argument("--bert-budget", type=float, default=150.0, help="seconds of BERT training at most")
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="seconds for the whole run: the BERT trains for what is left (less 90 s), or is skipped")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds for the whole run: the BERT trains for what is left (less 90 s), or is skipped",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny data, to check the script (numbers mean nothing)")
     args = parser.parse_args()
     runtime.seed_everything(0, deterministic=False)
     device = runtime.select_device()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     print(runtime.environment_summary(device), flush=True)
-    parts = {"translator": lambda: translator(args.output_dir, device, args.translator_budget, args.translator_steps,
-                                              args.max_tokens, args.smoke, args.candidates),
-             "bert": lambda: bert(args.output_dir, device, args.bert_budget, args.smoke)}
+    parts = {
+        "translator": lambda: translator(
+            args.output_dir,
+            device,
+            args.translator_budget,
+            args.translator_steps,
+            args.max_tokens,
+            args.smoke,
+            args.candidates,
+        ),
+        "bert": lambda: bert(args.output_dir, device, args.bert_budget, args.smoke),
+    }
     started = time.perf_counter()
     for name in args.only:
         if name == "bert" and args.deadline is not None:

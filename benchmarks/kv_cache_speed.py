@@ -45,9 +45,28 @@ def run(device_name: str, new_tokens: int, prompt: int, repeats: int, threads: i
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     vocab = 65
-    gpt = GPT(GPTConfig(vocab, context=prompt + new_tokens, d_model=384, n_heads=6, n_layers=6, dropout=0.2)).to(device).eval()
-    translator = Transformer(TransformerConfig(8000, 8000, d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3,
-                                               n_decoder_layers=3, max_len=new_tokens + 1, share_embeddings=True)).to(device).eval()
+    gpt = (
+        GPT(GPTConfig(vocab, context=prompt + new_tokens, d_model=384, n_heads=6, n_layers=6, dropout=0.2))
+        .to(device)
+        .eval()
+    )
+    translator = (
+        Transformer(
+            TransformerConfig(
+                8000,
+                8000,
+                d_model=256,
+                n_heads=4,
+                d_ff=1024,
+                n_encoder_layers=3,
+                n_decoder_layers=3,
+                max_len=new_tokens + 1,
+                share_embeddings=True,
+            )
+        )
+        .to(device)
+        .eval()
+    )
     g = torch.Generator().manual_seed(1)
     cases = {
         "gpt": (gpt, dict(prompt=torch.randint(0, vocab, (1, prompt), generator=g).to(device))),
@@ -66,13 +85,29 @@ def run(device_name: str, new_tokens: int, prompt: int, repeats: int, threads: i
         timing = interleaved(paths, device, repeats, warmup=0)  # the check above was the warm-up
         samples = timing.samples
         median = {k: timing.median(k) for k in paths}
-        rows.append({"model": name, "parameters": params, "recompute_s": median["recompute"], "cache_s": median["cache"],
-                     "recompute_tokens_per_s": new_tokens / median["recompute"],
-                     "cache_tokens_per_s": new_tokens / median["cache"],
-                     "speedup": median["recompute"] / median["cache"], "samples_s": samples})
-    return {"benchmark": "kv_cache_speed", "machine": machine_description(device), "device": device.type,
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "new_tokens": new_tokens,
-            "prompt_tokens": prompt, "repeats": repeats, "rows": rows}
+        rows.append(
+            {
+                "model": name,
+                "parameters": params,
+                "recompute_s": median["recompute"],
+                "cache_s": median["cache"],
+                "recompute_tokens_per_s": new_tokens / median["recompute"],
+                "cache_tokens_per_s": new_tokens / median["cache"],
+                "speedup": median["recompute"] / median["cache"],
+                "samples_s": samples,
+            }
+        )
+    return {
+        "benchmark": "kv_cache_speed",
+        "machine": machine_description(device),
+        "device": device.type,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "new_tokens": new_tokens,
+        "prompt_tokens": prompt,
+        "repeats": repeats,
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -85,13 +120,17 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
     result = run(args.device, args.new_tokens, args.prompt, args.repeats, args.threads)
-    print(f"\n{result['machine']}, torch {result['torch']}, {result['device']}, {result['threads']} threads; "
-          f"{result['new_tokens']} new tokens after {result['prompt_tokens']}, median of {result['repeats']}\n")
+    print(
+        f"\n{result['machine']}, torch {result['torch']}, {result['device']}, {result['threads']} threads; "
+        f"{result['new_tokens']} new tokens after {result['prompt_tokens']}, median of {result['repeats']}\n"
+    )
     print("| model | parameters | recompute s | cache s | recompute tokens/s | cache tokens/s | speed-up |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in result["rows"]:
-        print(f"| {r['model']} | {r['parameters']:,} | {r['recompute_s']:.2f} | {r['cache_s']:.2f} | "
-              f"{r['recompute_tokens_per_s']:.0f} | {r['cache_tokens_per_s']:.0f} | {r['speedup']:.1f}x |")
+        print(
+            f"| {r['model']} | {r['parameters']:,} | {r['recompute_s']:.2f} | {r['cache_s']:.2f} | "
+            f"{r['recompute_tokens_per_s']:.0f} | {r['cache_tokens_per_s']:.0f} | {r['speedup']:.1f}x |"
+        )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwritten to {args.output}")

@@ -60,10 +60,14 @@ def run(device_name: str, new_tokens: int, repeats: int, threads: int | None) ->
         torch.set_num_threads(threads)
     smol = load_language_model(device=device)
     file = smol.fetched.paths[smol.fetched.entry.weights.name]
-    reference = transformers.LlamaForCausalLM.from_pretrained(file.parent, gguf_file=file.name,
-                                                              torch_dtype=torch.float32).to(device).eval()
-    prompt = torch.tensor([smol.tokenizer.encode(smol.chat_prompt([{"role": "user", "content": QUESTION}]))],
-                          device=device)
+    reference = (
+        transformers.LlamaForCausalLM.from_pretrained(file.parent, gguf_file=file.name, torch_dtype=torch.float32)
+        .to(device)
+        .eval()
+    )
+    prompt = torch.tensor(
+        [smol.tokenizer.encode(smol.chat_prompt([{"role": "user", "content": QUESTION}]))], device=device
+    )
 
     def ours() -> torch.Tensor:
         return generate(smol.model, prompt=prompt, max_new_tokens=new_tokens, eos_id=None)
@@ -72,7 +76,7 @@ def run(device_name: str, new_tokens: int, repeats: int, threads: int | None) ->
         with torch.no_grad():
             return reference.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
 
-    same = ours()[0].tolist() == theirs()[0, prompt.shape[1]:].tolist()     # also the warm-up
+    same = ours()[0].tolist() == theirs()[0, prompt.shape[1] :].tolist()  # also the warm-up
     timing = interleaved({"book": ours, "transformers": theirs}, device, repeats, warmup=0)
     medians = {k: timing.median(k) for k in ("book", "transformers")}
     c = smol.model.config
@@ -80,15 +84,27 @@ def run(device_name: str, new_tokens: int, repeats: int, threads: int | None) ->
     cache_bytes = kv_cache_bytes(c.n_layers, c.kv_heads, c.d_k, prompt.shape[1] + new_tokens // 2)
     bandwidth = read_bandwidth(device)
     bound = bandwidth / (weight_bytes + cache_bytes)
-    return {"benchmark": "smollm2_generation", "machine": machine_description(device), "device": device.type,
-            "torch": torch.__version__, "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-            "new_tokens": new_tokens, "prompt_tokens": prompt.shape[1], "repeats": repeats, "same_tokens": same,
-            "book_s": medians["book"], "transformers_s": medians["transformers"],
-            "book_tokens_per_s": new_tokens / medians["book"],
-            "transformers_tokens_per_s": new_tokens / medians["transformers"],
-            "read_bandwidth_bytes_per_s": bandwidth, "bytes_per_token": weight_bytes + cache_bytes,
-            "bound_tokens_per_s": bound, "book_share_of_bound": new_tokens / medians["book"] / bound,
-            "samples_s": timing.samples}
+    return {
+        "benchmark": "smollm2_generation",
+        "machine": machine_description(device),
+        "device": device.type,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "new_tokens": new_tokens,
+        "prompt_tokens": prompt.shape[1],
+        "repeats": repeats,
+        "same_tokens": same,
+        "book_s": medians["book"],
+        "transformers_s": medians["transformers"],
+        "book_tokens_per_s": new_tokens / medians["book"],
+        "transformers_tokens_per_s": new_tokens / medians["transformers"],
+        "read_bandwidth_bytes_per_s": bandwidth,
+        "bytes_per_token": weight_bytes + cache_bytes,
+        "bound_tokens_per_s": bound,
+        "book_share_of_bound": new_tokens / medians["book"] / bound,
+        "samples_s": timing.samples,
+    }
 
 
 def main() -> None:
@@ -100,12 +116,16 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
     r = run(args.device, args.new_tokens, args.repeats, args.threads)
-    print(f"\n{r['machine']}, torch {r['torch']}, transformers {r['transformers']}, {r['device']}, {r['threads']} threads; "
-          f"{r['new_tokens']} new tokens after {r['prompt_tokens']}, median of {r['repeats']}; same tokens: {r['same_tokens']}")
-    print(f"book {r['book_tokens_per_s']:.1f} tokens/s, transformers {r['transformers_tokens_per_s']:.1f} tokens/s "
-          f"(book / transformers {r['book_tokens_per_s'] / r['transformers_tokens_per_s']:.2f}); bandwidth bound "
-          f"{r['bound_tokens_per_s']:.1f} tokens/s ({r['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
-          f"{r['bytes_per_token'] / 1e6:.0f} MB per token): the book at {r['book_share_of_bound']:.0%} of it")
+    print(
+        f"\n{r['machine']}, torch {r['torch']}, transformers {r['transformers']}, {r['device']}, {r['threads']} threads; "
+        f"{r['new_tokens']} new tokens after {r['prompt_tokens']}, median of {r['repeats']}; same tokens: {r['same_tokens']}"
+    )
+    print(
+        f"book {r['book_tokens_per_s']:.1f} tokens/s, transformers {r['transformers_tokens_per_s']:.1f} tokens/s "
+        f"(book / transformers {r['book_tokens_per_s'] / r['transformers_tokens_per_s']:.2f}); bandwidth bound "
+        f"{r['bound_tokens_per_s']:.1f} tokens/s ({r['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
+        f"{r['bytes_per_token'] / 1e6:.0f} MB per token): the book at {r['book_share_of_bound']:.0%} of it"
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(r, indent=2) + "\n")
     print(f"written to {args.output}")

@@ -25,8 +25,14 @@ import torch
 from transformer_book.attention import device_kernels
 
 
-def add_round_arguments(parser: argparse.ArgumentParser, *, repeats: int, warmup: int, min_block_s: float,
-                        warmup_help: str = "untimed calls per contender first") -> None:
+def add_round_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    repeats: int,
+    warmup: int,
+    min_block_s: float,
+    warmup_help: str = "untimed calls per contender first",
+) -> None:
     """The command-line options of :func:`interleaved`'s rounds: ``--repeats``, ``--warmup``,
     ``--min-block-s``, and ``--threads`` (``torch.set_num_threads``), with this script's defaults."""
     parser.add_argument("--repeats", type=int, default=repeats, help="interleaved measurements per contender")
@@ -43,11 +49,16 @@ def check_round_arguments(parser: argparse.ArgumentParser, repeats: int, threads
         parser.error("--threads must be at least 1")
 
 
-def training_pass(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Sequence[Any],
-                  loss_of: Callable[[torch.nn.Module, Any], torch.Tensor],
-                  autocast: Callable[[], AbstractContextManager] = nullcontext) -> Callable[[], None]:
+def training_pass(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[Any],
+    loss_of: Callable[[torch.nn.Module, Any], torch.Tensor],
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+) -> Callable[[], None]:
     """A contender for :func:`interleaved`: one training step (``loss_of(model, batch)`` under
     ``autocast``, backward, optimizer step) on each batch in turn."""
+
     def run() -> None:
         for batch in batches:
             with autocast():
@@ -145,8 +156,9 @@ def interleaved(
         return _interleaved(contenders, device, repeats, warmup, min_block_s)
 
 
-def _interleaved(contenders: dict[str, Callable[[], Any]], device: torch.device, repeats: int, warmup: int,
-                 min_block_s: float) -> Interleaved:
+def _interleaved(
+    contenders: dict[str, Callable[[], Any]], device: torch.device, repeats: int, warmup: int, min_block_s: float
+) -> Interleaved:
     names = list(contenders)
     for fn in contenders.values():
         for _ in range(warmup):

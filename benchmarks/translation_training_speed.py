@@ -69,11 +69,11 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "translation_trai
 SMOKE_OUTPUT = Path(tempfile.gettempdir()) / "translation_training_speed_smoke.json"
 
 # The chapter 7 translator (joint subword vocabulary, shared embeddings) and a Multi30k-like batch.
-FULL = dict(vocab=8000, d_model=256, n_heads=4, d_ff=1024, layers=3, max_len=128, dropout=0.1,
-            batch_size=128, batches=2)
+FULL = dict(
+    vocab=8000, d_model=256, n_heads=4, d_ff=1024, layers=3, max_len=128, dropout=0.1, batch_size=128, batches=2
+)
 # --smoke: tiny sizes that run in a few seconds (for a CI smoke test of this script).
-SMOKE = dict(vocab=300, d_model=32, n_heads=4, d_ff=64, layers=2, max_len=64, dropout=0.1,
-             batch_size=8, batches=2)
+SMOKE = dict(vocab=300, d_model=32, n_heads=4, d_ff=64, layers=2, max_len=64, dropout=0.1, batch_size=8, batches=2)
 LENGTH_MEDIAN, LENGTH_SIGMA, MIN_LENGTH, MAX_LENGTH = 13.5, 0.35, 5, 40  # source lengths incl. EOS
 
 
@@ -118,8 +118,13 @@ class TorchTranslator(nn.Module):
         x = self.src_positional(self.embedding(src) * self.scale)
         y = self.tgt_positional(self.embedding(tgt_in) * self.scale)
         h = self.transformer(
-            x, y, tgt_mask=causal, src_key_padding_mask=src_padding, tgt_key_padding_mask=tgt_padding,
-            memory_key_padding_mask=src_padding, tgt_is_causal=True,
+            x,
+            y,
+            tgt_mask=causal,
+            src_key_padding_mask=src_padding,
+            tgt_key_padding_mask=tgt_padding,
+            memory_key_padding_mask=src_padding,
+            tgt_is_causal=True,
         )
         return self.output(h)
 
@@ -151,8 +156,9 @@ def make_batches(n_batches: int, batch_size: int, vocab: int, max_len: int, seed
 
 
 def _loss(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                           ignore_index=PAD, label_smoothing=SMOOTHING)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1), ignore_index=PAD, label_smoothing=SMOOTHING
+    )
 
 
 def check_same_function(ours: Transformer, theirs: TorchTranslator, batch) -> dict:
@@ -173,19 +179,29 @@ def check_same_function(ours: Transformer, theirs: TorchTranslator, batch) -> di
         torch.testing.assert_close(mine, reference, **tol_logits, msg=lambda m: f"logits differ: {m}")
         # the loss used for timing is the book's label-smoothed loss
         torch.testing.assert_close(
-            _loss(mine, tgt_out), label_smoothed_cross_entropy(mine, tgt_out, pad_id=PAD, smoothing=SMOOTHING),
-            rtol=1e-5, atol=1e-6,
+            _loss(mine, tgt_out),
+            label_smoothed_cross_entropy(mine, tgt_out, pad_id=PAD, smoothing=SMOOTHING),
+            rtol=1e-5,
+            atol=1e-6,
         )
         d = ours.config.d_model
         pairs = {  # ours -> (theirs, slice of theirs)
             "shared embedding / output": (ours.src_embedding.weight, theirs.embedding.weight, slice(None)),
-            "encoder.layers[0].self_attn.w_q": (ours.encoder.layers[0].self_attn.w_q.weight,
-                                                theirs.transformer.encoder.layers[0].self_attn.in_proj_weight, slice(0, d)),
-            "decoder.layers[-1].cross_attn.w_k": (ours.decoder.layers[-1].cross_attn.w_k.weight,
-                                                  theirs.transformer.decoder.layers[-1].multihead_attn.in_proj_weight,
-                                                  slice(d, 2 * d)),
-            "decoder.layers[0].ffn.linear1": (ours.decoder.layers[0].ffn.linear1.weight,
-                                              theirs.transformer.decoder.layers[0].linear1.weight, slice(None)),
+            "encoder.layers[0].self_attn.w_q": (
+                ours.encoder.layers[0].self_attn.w_q.weight,
+                theirs.transformer.encoder.layers[0].self_attn.in_proj_weight,
+                slice(0, d),
+            ),
+            "decoder.layers[-1].cross_attn.w_k": (
+                ours.decoder.layers[-1].cross_attn.w_k.weight,
+                theirs.transformer.decoder.layers[-1].multihead_attn.in_proj_weight,
+                slice(d, 2 * d),
+            ),
+            "decoder.layers[0].ffn.linear1": (
+                ours.decoder.layers[0].ffn.linear1.weight,
+                theirs.transformer.decoder.layers[0].linear1.weight,
+                slice(None),
+            ),
             "encoder.norm.gamma": (ours.encoder.norm.gamma, theirs.transformer.encoder.norm.weight, slice(None)),
             "decoder.norm.beta": (ours.decoder.norm.beta, theirs.transformer.decoder.norm.bias, slice(None)),
         }
@@ -194,8 +210,12 @@ def check_same_function(ours: Transformer, theirs: TorchTranslator, batch) -> di
             _loss(model(src, tgt_in), tgt_out).backward()
         grad_diffs = {}
         for name, (mine_p, their_p, part) in pairs.items():
-            torch.testing.assert_close(mine_p.grad, their_p.grad[part], **tol_grads,
-                                       msg=lambda m, name=name: f"gradient of {name} differs: {m}")
+            torch.testing.assert_close(
+                mine_p.grad,
+                their_p.grad[part],
+                **tol_grads,
+                msg=lambda m, name=name: f"gradient of {name} differs: {m}",
+            )
             grad_diffs[name] = (mine_p.grad - their_p.grad[part]).abs().max().item()
         n_ours = sum(p.numel() for p in ours.parameters())
         n_theirs = sum(p.numel() for p in theirs.parameters())
@@ -246,9 +266,18 @@ def run(
     load_before = _load_average()
     torch.manual_seed(seed)
     config = TransformerConfig(
-        sizes["vocab"], sizes["vocab"], d_model=sizes["d_model"], n_heads=sizes["n_heads"], d_ff=sizes["d_ff"],
-        n_encoder_layers=sizes["layers"], n_decoder_layers=sizes["layers"], dropout=sizes["dropout"],
-        max_len=sizes["max_len"], pad_id=PAD, final_norm=True, share_embeddings=True,
+        sizes["vocab"],
+        sizes["vocab"],
+        d_model=sizes["d_model"],
+        n_heads=sizes["n_heads"],
+        d_ff=sizes["d_ff"],
+        n_encoder_layers=sizes["layers"],
+        n_decoder_layers=sizes["layers"],
+        dropout=sizes["dropout"],
+        max_len=sizes["max_len"],
+        pad_id=PAD,
+        final_norm=True,
+        share_embeddings=True,
     )
     ours = Transformer(config).to(device).train()
     with torch.no_grad():  # non-zero biases and norm parameters, so that the check covers them
@@ -280,15 +309,17 @@ def run(
     rows = []
     for name in names:
         median, minimum = timing.median(name), timing.best(name)
-        rows.append({
-            "implementation": name,
-            "median_ms_per_step": median / steps * 1e3,
-            "min_ms_per_step": minimum / steps * 1e3,
-            "max_ms_per_step": max(samples[name]) / steps * 1e3,
-            "samples_ms_per_step": [s / steps * 1e3 for s in samples[name]],
-            "tokens_per_s_median": tokens_per_pass / median,
-            "tokens_per_s_best": tokens_per_pass / minimum,
-        })
+        rows.append(
+            {
+                "implementation": name,
+                "median_ms_per_step": median / steps * 1e3,
+                "min_ms_per_step": minimum / steps * 1e3,
+                "max_ms_per_step": max(samples[name]) / steps * 1e3,
+                "samples_ms_per_step": [s / steps * 1e3 for s in samples[name]],
+                "tokens_per_s_median": tokens_per_pass / median,
+                "tokens_per_s_best": tokens_per_pass / minimum,
+            }
+        )
     by_name = {row["implementation"]: row for row in rows}
     return {
         "benchmark": "translation_training_speed: one training step (forward, label-smoothed loss, backward, AdamW)",
@@ -300,17 +331,28 @@ def run(
         "load_average_1min": {"before": load_before, "after": _load_average()},
         "precision": "bf16 autocast" if amp else "float32",
         "config": {
-            "vocab": sizes["vocab"], "d_model": sizes["d_model"], "n_heads": sizes["n_heads"], "d_ff": sizes["d_ff"],
-            "n_encoder_layers": sizes["layers"], "n_decoder_layers": sizes["layers"], "dropout": sizes["dropout"],
-            "max_len": sizes["max_len"], "norm_first": config.norm_first, "final_norm": True,
-            "share_embeddings": True, "tie_output": True, "parameters": check["parameters"],
+            "vocab": sizes["vocab"],
+            "d_model": sizes["d_model"],
+            "n_heads": sizes["n_heads"],
+            "d_ff": sizes["d_ff"],
+            "n_encoder_layers": sizes["layers"],
+            "n_decoder_layers": sizes["layers"],
+            "dropout": sizes["dropout"],
+            "max_len": sizes["max_len"],
+            "norm_first": config.norm_first,
+            "final_norm": True,
+            "share_embeddings": True,
+            "tie_output": True,
+            "parameters": check["parameters"],
             "label_smoothing": SMOOTHING,
             "optimizer": {"name": "AdamW", **optimizer_options},
         },
         "data": {
-            "batch_size": sizes["batch_size"], "batches": steps, "seed": seed,
+            "batch_size": sizes["batch_size"],
+            "batches": steps,
+            "seed": seed,
             "lengths": f"source ~ round(LogNormal(log {LENGTH_MEDIAN}, {LENGTH_SIGMA})) clipped to "
-                       f"{MIN_LENGTH}..{MAX_LENGTH}, target = source x LogNormal(0, 0.15), EOS included",
+            f"{MIN_LENGTH}..{MAX_LENGTH}, target = source x LogNormal(0, 0.15), EOS included",
             "padded_lengths": [[src.shape[1], tgt_out.shape[1]] for src, _, tgt_out in batches],
             "mean_source_tokens": src_tokens / (steps * sizes["batch_size"]),
             "mean_target_tokens": tokens_per_pass / (steps * sizes["batch_size"]),
@@ -321,8 +363,10 @@ def run(
         "repeats": repeats,
         "steps_per_measurement": passes * steps,
         "rows": rows,
-        "ratio_ours_to_torch_throughput": by_name["torch"]["median_ms_per_step"] / by_name["ours"]["median_ms_per_step"],
-        "ratio_ours_to_torch_throughput_of_best": by_name["torch"]["min_ms_per_step"] / by_name["ours"]["min_ms_per_step"],
+        "ratio_ours_to_torch_throughput": by_name["torch"]["median_ms_per_step"]
+        / by_name["ours"]["median_ms_per_step"],
+        "ratio_ours_to_torch_throughput_of_best": by_name["torch"]["min_ms_per_step"]
+        / by_name["ours"]["min_ms_per_step"],
     }
 
 
@@ -365,21 +409,34 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    add_round_arguments(parser, repeats=7, warmup=1, min_block_s=0.5,
-                        warmup_help="untimed passes over the batches per contender first")
+    add_round_arguments(
+        parser, repeats=7, warmup=1, min_block_s=0.5, warmup_help="untimed passes over the batches per contender first"
+    )
     parser.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA only)")
     parser.add_argument("--vocab", type=int, default=None, help=f"joint vocabulary (default {FULL['vocab']})")
     parser.add_argument("--d-model", type=int, default=None, help=f"default {FULL['d_model']}")
     parser.add_argument("--n-heads", type=int, default=None, help=f"default {FULL['n_heads']}")
     parser.add_argument("--d-ff", type=int, default=None, help=f"default {FULL['d_ff']}")
-    parser.add_argument("--layers", type=int, default=None, help=f"encoder and decoder layers each (default {FULL['layers']})")
-    parser.add_argument("--batch-size", type=int, default=None, help=f"sentence pairs per step (default {FULL['batch_size']})")
-    parser.add_argument("--batches", type=int, default=None,
-                        help=f"distinct batches, one step each, per pass (default {FULL['batches']})")
+    parser.add_argument(
+        "--layers", type=int, default=None, help=f"encoder and decoder layers each (default {FULL['layers']})"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help=f"sentence pairs per step (default {FULL['batch_size']})"
+    )
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=None,
+        help=f"distinct batches, one step each, per pass (default {FULL['batches']})",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and 1 round: a few seconds, for CI")
-    parser.add_argument("--output", type=Path, default=None,
-                        help=f"where to write the JSON (default {DEFAULT_OUTPUT.relative_to(DEFAULT_OUTPUT.parents[2])}; "
-                             "with --smoke, a file in the temporary directory, so the recorded results stay)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"where to write the JSON (default {DEFAULT_OUTPUT.relative_to(DEFAULT_OUTPUT.parents[2])}; "
+        "with --smoke, a file in the temporary directory, so the recorded results stay)",
+    )
     args = parser.parse_args(argv)
     sizes = dict(SMOKE) if args.smoke else {}
     for key in ("vocab", "d_model", "n_heads", "d_ff", "layers", "batch_size", "batches"):

@@ -72,9 +72,18 @@ def _gensim(sentences, architecture: str, epochs: int, dim: int, threads: int, s
     # The package's learning rates (word2vec's own defaults: 0.025 skip-gram, 0.05 CBOW, decaying to
     # 1e-4 of that), so that the quality columns compare equal settings: gensim's default is 0.025 for both.
     config = Word2VecConfig(architecture=architecture)
-    model = Word2Vec(vector_size=dim, window=5, min_count=5, sg=int(architecture == "skipgram"), negative=5,
-                     sample=1e-3, workers=threads, seed=seed, alpha=config.initial_lr,
-                     min_alpha=config.initial_lr * config.min_lr_ratio)
+    model = Word2Vec(
+        vector_size=dim,
+        window=5,
+        min_count=5,
+        sg=int(architecture == "skipgram"),
+        negative=5,
+        sample=1e-3,
+        workers=threads,
+        seed=seed,
+        alpha=config.initial_lr,
+        min_alpha=config.initial_lr * config.min_lr_ratio,
+    )
     model.build_vocab(sentences)
     start = time.perf_counter()
     model.train(sentences, total_examples=model.corpus_count, epochs=epochs)
@@ -91,8 +100,12 @@ def main() -> None:
     parser.add_argument("--architectures", nargs="+", default=["skipgram", "cbow"], choices=["skipgram", "cbow"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--ppmi", action="store_true")
-    parser.add_argument("--sentences", type=int, default=None,
-                        help="only the first N sentences of the corpus (smoke runs; default: all of it)")
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=None,
+        help="only the first N sentences of the corpus (smoke runs; default: all of it)",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
     if args.sentences is not None and args.sentences < 1:
@@ -106,16 +119,21 @@ def main() -> None:
     n_tokens = sum(map(len, sentences))
     vocab = Vocab.build((w for s in sentences for w in s), min_count=5)
     corpus = encode_corpus(sentences, vocab)
-    tests = {"wordsim353": load_word_similarity("wordsim353"), "simlex999": load_word_similarity("simlex999"),
-             "analogies": load_analogies()}
+    tests = {
+        "wordsim353": load_word_similarity("wordsim353"),
+        "simlex999": load_word_similarity("simlex999"),
+        "analogies": load_analogies(),
+    }
 
     runs: dict[str, list[dict]] = {}
     contenders = []
     for arch in args.architectures:
-        contenders += [(f"gensim {arch} ({args.threads} workers)", "gensim", arch),
-                       (f"transformer_book {arch} ({args.device})", "ours", arch)]
+        contenders += [
+            (f"gensim {arch} ({args.threads} workers)", "gensim", arch),
+            (f"transformer_book {arch} ({args.device})", "ours", arch),
+        ]
     for round_ in range(args.rounds):
-        order = contenders[round_ % len(contenders):] + contenders[:round_ % len(contenders)]
+        order = contenders[round_ % len(contenders) :] + contenders[: round_ % len(contenders)]
         for name, who, arch in order:
             if who == "gensim":
                 vectors, words, seconds = _gensim(sentences, arch, args.epochs, args.dim, args.threads, seed=round_ + 1)
@@ -123,8 +141,11 @@ def main() -> None:
                 config = Word2VecConfig(architecture=arch, dim=args.dim, epochs=args.epochs, seed=round_ + 1)
                 result = train_word2vec(corpus, vocab.counts, config, device=device, progress=False)
                 vectors, words, seconds = result.w_in, vocab.itos, result.seconds
-            run = {"seconds": seconds, "words_per_second": n_tokens * args.epochs / seconds,
-                   **_quality(vectors, words, tests)}
+            run = {
+                "seconds": seconds,
+                "words_per_second": n_tokens * args.epochs / seconds,
+                **_quality(vectors, words, tests),
+            }
             runs.setdefault(name, []).append(run)
             print(f"round {round_ + 1} {name}: " + ", ".join(f"{k} {v:.4g}" for k, v in run.items()), flush=True)
 
@@ -146,39 +167,69 @@ def main() -> None:
 
     summary = {}
     for name, values in runs.items():
-        summary[name] = {key: {"median": statistics.median(r[key] for r in values),
-                               "min": min(r[key] for r in values), "max": max(r[key] for r in values)}
-                         for key in values[0]}
+        summary[name] = {
+            key: {
+                "median": statistics.median(r[key] for r in values),
+                "min": min(r[key] for r in values),
+                "max": max(r[key] for r in values),
+            }
+            for key in values[0]
+        }
     part = "" if whole_corpus else f" (first {len(sentences):,} sentences)"
-    lines = [f"word2vec on WikiText-2{part} ({n_tokens:,} tokens, {len(vocab):,} words), {args.epochs} epochs, d={args.dim}; "
-             f"{machine_description(device)}, torch {torch.__version__}, {args.threads} threads; medians over "
-             f"{args.rounds} seeds (min-max)", "",
-             "| contender | seconds | words/s | ratio to gensim | WordSim353 | SimLex-999 | analogy (3CosAdd) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"word2vec on WikiText-2{part} ({n_tokens:,} tokens, {len(vocab):,} words), {args.epochs} epochs, d={args.dim}; "
+        f"{machine_description(device)}, torch {torch.__version__}, {args.threads} threads; medians over "
+        f"{args.rounds} seeds (min-max)",
+        "",
+        "| contender | seconds | words/s | ratio to gensim | WordSim353 | SimLex-999 | analogy (3CosAdd) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, s in summary.items():
         arch = name.split()[1]
         gensim_name = next(n for n in summary if n.startswith(f"gensim {arch}"))
         ratio = s["words_per_second"]["median"] / summary[gensim_name]["words_per_second"]["median"]
+
         def cell(k: str, f: str = "{:.3f}", s: dict = s) -> str:
             return f"{f.format(s[k]['median'])} ({f.format(s[k]['min'])}-{f.format(s[k]['max'])})"
 
-        lines.append(f"| {name} | {s['seconds']['median']:.1f} | {s['words_per_second']['median']:,.0f} | "
-                     f"{ratio:.2f}x | {cell('wordsim353')} | {cell('simlex999')} | "
-                     f"{cell('analogy', '{:.2%}')} |")
+        lines.append(
+            f"| {name} | {s['seconds']['median']:.1f} | {s['words_per_second']['median']:,.0f} | "
+            f"{ratio:.2f}x | {cell('wordsim353')} | {cell('simlex999')} | "
+            f"{cell('analogy', '{:.2%}')} |"
+        )
     if ppmi_runs:
         med = {k: statistics.median(r[k] for r in ppmi_runs) for k in ppmi_runs[0]}
-        lines += ["", f"PPMI (alpha 0.75) + SVD (k={args.dim}, p=0.5): {med['total']:.1f} s median "
-                  f"(counts {med['counts']:.1f}, PPMI {med['ppmi']:.1f}, SVD {med['svd']:.1f}); WordSim353 "
-                  f"{med['wordsim353']:.3f}, SimLex-999 {med['simlex999']:.3f}, analogy {med['analogy']:.2%}"]
+        lines += [
+            "",
+            f"PPMI (alpha 0.75) + SVD (k={args.dim}, p=0.5): {med['total']:.1f} s median "
+            f"(counts {med['counts']:.1f}, PPMI {med['ppmi']:.1f}, SVD {med['svd']:.1f}); WordSim353 "
+            f"{med['wordsim353']:.3f}, SimLex-999 {med['simlex999']:.3f}, analogy {med['analogy']:.2%}",
+        ]
     table = "\n".join(lines)
     print(table)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "machine": machine_description(device), "device": str(device), "torch": torch.__version__, "threads": args.threads,
-        "cpu_count": os.cpu_count(), "epochs": args.epochs, "dim": args.dim, "tokens": n_tokens,
-        "vocab": len(vocab), "whole_corpus": whole_corpus, "runs": runs, "summary": summary, "ppmi_svd": ppmi_runs,
-        "table": table,
-    }, indent=2) + "\n")
+    args.output.write_text(
+        json.dumps(
+            {
+                "machine": machine_description(device),
+                "device": str(device),
+                "torch": torch.__version__,
+                "threads": args.threads,
+                "cpu_count": os.cpu_count(),
+                "epochs": args.epochs,
+                "dim": args.dim,
+                "tokens": n_tokens,
+                "vocab": len(vocab),
+                "whole_corpus": whole_corpus,
+                "runs": runs,
+                "summary": summary,
+                "ppmi_svd": ppmi_runs,
+                "table": table,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -10,5 +10,7 @@ def without_magics(source: str) -> str:
     lines = []
     for line in source.split("\n"):
         stripped = line.lstrip()
-        lines.append(line[: len(line) - len(stripped)] + "pass  # " + stripped if stripped.startswith(("%", "!")) else line)
+        lines.append(
+            line[: len(line) - len(stripped)] + "pass  # " + stripped if stripped.startswith(("%", "!")) else line
+        )
     return "\n".join(lines)

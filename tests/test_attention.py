@@ -403,7 +403,7 @@ def test_softmax_with_positive_infinity_takes_the_limit():
     weights = softmax(scores)
     assert torch.isfinite(weights).all()
     torch.testing.assert_close(weights[0], torch.tensor([0.0, 0.5, 0.0, 0.5]))
-    torch.testing.assert_close(weights[1], torch.softmax(scores[1], -1))          # other rows untouched
+    torch.testing.assert_close(weights[1], torch.softmax(scores[1], -1))  # other rows untouched
     hide = torch.tensor([[False, True, False, False], [False] * 4])
     torch.testing.assert_close(softmax(scores, mask=hide)[0], torch.tensor([0.0, 0.0, 0.0, 1.0]))
     # the limit it stands for: a score growing without bound takes all the weight

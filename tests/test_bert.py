@@ -39,8 +39,9 @@ class Batch(NamedTuple):
 
 def small(**changes):
     torch.manual_seed(0)
-    return BERT(BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0),
-                              **changes}))
+    return BERT(
+        BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0), **changes})
+    )
 
 
 def a_batch(B=3, n=9, seed=0):
@@ -61,6 +62,7 @@ def meta_count(config):
 
 # ---- parameter count ---------------------------------------------------------------------------
 
+
 def test_bert_base_and_large_match_the_published_sizes_without_allocating():
     base, large = BERTConfig.base(), BERTConfig.large()
     # bert-base-uncased and bert-large-uncased (vocabulary 30,522): the encoder models hold
@@ -72,15 +74,25 @@ def test_bert_base_and_large_match_the_published_sizes_without_allocating():
     assert meta_count(large) == parameter_count(large, heads=True)
 
 
-@pytest.mark.parametrize("changes", [dict(), dict(d_ff=40), dict(norm_first=True), dict(n_segments=3, max_len=7),
-                                     dict(n_layers=5, d_model=24, n_heads=3)]
-                         + [dict(position=position) for position in POSITIONS])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(),
+        dict(d_ff=40),
+        dict(norm_first=True),
+        dict(n_segments=3, max_len=7),
+        dict(n_layers=5, d_model=24, n_heads=3),
+    ]
+    + [dict(position=position) for position in POSITIONS],
+)
 def test_the_formula_counts_every_weight_of_a_built_model(changes):
     config = BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2), **changes})
     model = BERT(config)
     by_part = {
         "embeddings": [model.token_embedding, model.segment_embedding, model.positional, model.embedding_norm],
-        "encoder": [model.encoder], "pooler": [model.pooler], "nsp_head": [model.nsp],
+        "encoder": [model.encoder],
+        "pooler": [model.pooler],
+        "nsp_head": [model.nsp],
         "mlm_head": [model.mlm_transform, model.mlm_norm],
     }
     counted = {k: sum(p.numel() for m in ms for p in m.parameters()) for k, ms in by_part.items()}
@@ -90,6 +102,7 @@ def test_the_formula_counts_every_weight_of_a_built_model(changes):
 
 
 # ---- the model ----------------------------------------------------------------------------------
+
 
 def test_the_encoder_is_pytorchs_post_ln_gelu_encoder():
     model = small().double().eval()
@@ -115,10 +128,13 @@ def test_pre_ln_variant_is_pytorchs_pre_ln_encoder_with_a_final_norm():
 
 def test_embeddings_are_the_sum_of_token_segment_and_position_then_layernorm():
     model = small().double().eval()
-    assert isinstance(model.positional, LearnedPositionalEmbedding)      # BERT's own, the default
+    assert isinstance(model.positional, LearnedPositionalEmbedding)  # BERT's own, the default
     tokens, segments = a_batch().tokens, a_batch().segments
-    e = model.token_embedding.weight[tokens] + model.segment_embedding.weight[segments] \
+    e = (
+        model.token_embedding.weight[tokens]
+        + model.segment_embedding.weight[segments]
         + model.positional.embedding.weight[: tokens.shape[1]]
+    )
     expected = F.layer_norm(e, (16,), model.embedding_norm.gamma, model.embedding_norm.beta, eps=1e-12)
     torch.testing.assert_close(model.embed(tokens, segments), expected)
     other = segments.clone()
@@ -131,8 +147,9 @@ def test_padding_does_not_reach_the_real_positions():
     batch = a_batch(n=7)
     padded = F.pad(batch.tokens, (0, 4), value=0)
     seg = F.pad(batch.segments, (0, 4), value=0)
-    torch.testing.assert_close(model.encode(padded, seg)[:, :7], model.encode(batch.tokens, batch.segments),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        model.encode(padded, seg)[:, :7], model.encode(batch.tokens, batch.segments), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_mlm_head_is_tied_to_the_token_embedding():
@@ -154,6 +171,7 @@ def test_nsp_reads_the_pooled_cls_state_only():
 
 
 # ---- the loss ------------------------------------------------------------------------------------
+
 
 def test_mlm_loss_is_the_mean_over_selected_positions_only():
     model = small().double().eval()
@@ -178,8 +196,12 @@ def test_padding_changes_neither_loss():
     """The trap of peers' code: an MLM loss averaged over padding falls as padding grows."""
     model = small().eval()
     batch = a_batch(n=7)
-    padded = Batch(F.pad(batch.tokens, (0, 5), value=0), F.pad(batch.segments, (0, 5), value=0),
-                   F.pad(batch.targets, (0, 5), value=IGNORE_INDEX), batch.is_next)
+    padded = Batch(
+        F.pad(batch.tokens, (0, 5), value=0),
+        F.pad(batch.segments, (0, 5), value=0),
+        F.pad(batch.targets, (0, 5), value=IGNORE_INDEX),
+        batch.is_next,
+    )
     a, b = pretraining_loss(model, batch), pretraining_loss(model, padded)
     torch.testing.assert_close(a.mlm, b.mlm, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(a.nsp, b.nsp, rtol=1e-5, atol=1e-6)
@@ -226,10 +248,20 @@ def test_seeded_construction_repeats():
 
 # ---- bad input -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("changes, match", [
-    (dict(vocab_size=0), "vocab_size"), (dict(n_heads=3), "divisible"), (dict(dropout=1.0), "dropout"),
-    (dict(d_ff=0), "d_ff"), (dict(norm_first=1), "norm_first"), (dict(pad_id=V), "pad_id"), (dict(eps=0.0), "eps"), (dict(n_segments=True), "n_segments"),
-])
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(n_heads=3), "divisible"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(d_ff=0), "d_ff"),
+        (dict(norm_first=1), "norm_first"),
+        (dict(pad_id=V), "pad_id"),
+        (dict(eps=0.0), "eps"),
+        (dict(n_segments=True), "n_segments"),
+    ],
+)
 def test_config_errors(changes, match):
     with pytest.raises(ValueError, match=match):
         BERTConfig(**{**dict(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2), **changes})
@@ -269,20 +301,29 @@ def test_bert_loss_for_fit_returns_the_total_and_logs_both_parts():
     loss, n = bert_loss(log)(model, a_batch())
     expected = pretraining_loss(model, a_batch())
     assert n == 9 and loss.item() == pytest.approx(expected.total.item())
-    assert log == [{"training": True, "mlm": pytest.approx(expected.mlm.item()), "nsp": pytest.approx(expected.nsp.item()),
-                    "nsp_correct": expected.nsp_correct, "n_predictions": 9, "n_pairs": 3}]
+    assert log == [
+        {
+            "training": True,
+            "mlm": pytest.approx(expected.mlm.item()),
+            "nsp": pytest.approx(expected.nsp.item()),
+            "nsp_correct": expected.nsp_correct,
+            "n_predictions": 9,
+            "n_pairs": 3,
+        }
+    ]
     with pytest.raises(ValueError, match="log must be a list"):
         bert_loss(log=())
 
 
 # ---- ALiBi instead of learned positions; pretraining without NSP ----------------------------------
 
+
 def test_alibi_bert_counts_no_position_vectors():
     config = BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=4, n_layers=2, position="alibi")
     model = BERT(config)
     assert isinstance(model.positional, ALiBi) and model.positional.bidirectional
     assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
-    assert "positional.slopes" not in model.state_dict()              # a constant, rebuilt from the config
+    assert "positional.slopes" not in model.state_dict()  # a constant, rebuilt from the config
     learned = BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=4, n_layers=2)
     assert parameter_breakdown(learned)["embeddings"] - parameter_breakdown(config)["embeddings"] == 16 * 16
     assert sum(p.numel() for p in model.parameters()) == parameter_count(config, heads=True)
@@ -296,9 +337,9 @@ def test_alibi_bert_is_pytorchs_encoder_with_the_distance_penalty_as_a_float_mas
     e = model.token_embedding.weight[batch.tokens] + model.segment_embedding.weight[batch.segments]
     expected = F.layer_norm(e, (16,), model.embedding_norm.gamma, model.embedding_norm.beta, eps=1e-12)
     torch.testing.assert_close(model.embed(batch.tokens, batch.segments), expected)
-    slopes = torch.tensor([2.0 ** -4, 2.0 ** -8], dtype=torch.float64)          # 2 heads: 2^(-8k/2), k = 1, 2
+    slopes = torch.tensor([2.0**-4, 2.0**-8], dtype=torch.float64)  # 2 heads: 2^(-8k/2), k = 1, 2
     distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().double()
-    penalty = (-slopes[:, None, None] * distance).repeat(batch.tokens.shape[0], 1, 1)   # (B * h, n, n)
+    penalty = (-slopes[:, None, None] * distance).repeat(batch.tokens.shape[0], 1, 1)  # (B * h, n, n)
     for layer in model.encoder.layers:
         expected = twins.torch_encoder_layer(layer)(expected, src_mask=penalty)
     expected = F.layer_norm(expected, (16,), model.encoder.norm.gamma, model.encoder.norm.beta, eps=1e-12)
@@ -318,11 +359,13 @@ def test_alibi_bert_reads_a_reversed_sentence_reversed_and_learned_positions_do_
 def test_alibi_attention_prefers_near_keys_before_any_training():
     model = small(position="alibi", n_heads=2).eval()
     x = model.embed(torch.randint(5, V, (4, 16)))
-    _, weights = model.encoder.layers[0].self_attn(x, x, x, bias=model.positional.attention_bias(16, 16),
-                                                   need_weights=True)
-    by_distance = torch.stack([weights.diagonal(offset=k, dim1=-2, dim2=-1).mean(dim=(0, 2)) for k in range(1, 12)],
-                              dim=1)                             # (heads, distance 1..11)
-    assert (by_distance[:, :-1] > by_distance[:, 1:]).all()    # every head: the nearer, the heavier
+    _, weights = model.encoder.layers[0].self_attn(
+        x, x, x, bias=model.positional.attention_bias(16, 16), need_weights=True
+    )
+    by_distance = torch.stack(
+        [weights.diagonal(offset=k, dim1=-2, dim2=-1).mean(dim=(0, 2)) for k in range(1, 12)], dim=1
+    )  # (heads, distance 1..11)
+    assert (by_distance[:, :-1] > by_distance[:, 1:]).all()  # every head: the nearer, the heavier
 
 
 def test_pretraining_without_nsp_is_the_mlm_loss_alone():
@@ -345,11 +388,17 @@ def test_pretraining_without_nsp_is_the_mlm_loss_alone():
 
 def test_position_names_an_encoding_bert_takes():
     assert POSITIONS == ("learned", "sinusoidal", "alibi")
-    with pytest.raises(ValueError, match=r"^BERT: unknown position 'rope'; BERT takes 'learned', 'sinusoidal' or "
-                                         r"'alibi'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^BERT: unknown position 'rope'; BERT takes 'learned', 'sinusoidal' or "
+        r"'alibi'$",
+    ):
         BERT(BERTConfig(vocab_size=V, position="rope"))
-    with pytest.raises(ValueError, match=r"^BERT: position 'rotary' rotates the queries and keys, which BERT does "
-                                         r"not take; choose 'learned', 'sinusoidal' or 'alibi'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^BERT: position 'rotary' rotates the queries and keys, which BERT does "
+        r"not take; choose 'learned', 'sinusoidal' or 'alibi'$",
+    ):
         BERT(BERTConfig(vocab_size=V, position="rotary"))
 
 
@@ -359,15 +408,23 @@ def test_sinusoidal_bert_adds_the_fixed_table_and_learns_no_positions():
     assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
     tokens, segments = a_batch().tokens, a_batch().segments
     n = tokens.shape[1]
-    table = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0
-                           else math.cos(p / 10000 ** (2 * (j // 2) / 16)) for j in range(16)] for p in range(n)],
-                         dtype=torch.float64)
+    table = torch.tensor(
+        [
+            [
+                math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0 else math.cos(p / 10000 ** (2 * (j // 2) / 16))
+                for j in range(16)
+            ]
+            for p in range(n)
+        ],
+        dtype=torch.float64,
+    )
     e = model.token_embedding.weight[tokens] + model.segment_embedding.weight[segments] + table
     expected = F.layer_norm(e, (16,), model.embedding_norm.gamma, model.embedding_norm.beta, eps=1e-12)
     torch.testing.assert_close(model.embed(tokens, segments), expected)
 
 
 # ---- the numbers of the model as it was built before position_encoding ---------------------------------
+
 
 class BERTBeforeTheFactory(BERT):
     """BERT's construction and forward pass before the position encodings had one factory
@@ -383,8 +440,16 @@ class BERTBeforeTheFactory(BERT):
         self.alibi = ALiBi(c.n_heads) if c.position == "alibi" else None
         self.embedding_norm = LayerNorm(c.d_model, c.eps)
         self.embedding_dropout = nn.Dropout(c.dropout)
-        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=c.norm_first,
-                               activation="gelu", eps=c.eps)
+        self.encoder = Encoder(
+            c.n_layers,
+            c.d_model,
+            c.n_heads,
+            c.ff_width,
+            c.dropout,
+            norm_first=c.norm_first,
+            activation="gelu",
+            eps=c.eps,
+        )
         self.pooler = nn.Linear(c.d_model, c.d_model)
         self.mlm_transform = nn.Linear(c.d_model, c.d_model)
         self.mlm_norm = LayerNorm(c.d_model, c.eps)
@@ -413,10 +478,10 @@ def test_a_seeded_bert_has_the_weights_and_outputs_it_had_before_the_factory(cha
     torch.manual_seed(0)
     now = BERT(config)
     old = {BERT.renamed_keys.get(k, k): v for k, v in before.state_dict().items()}
-    assert list(old) == list(now.state_dict())                        # the same parameters, in the same order
+    assert list(old) == list(now.state_dict())  # the same parameters, in the same order
     assert all(torch.equal(old[k], v) for k, v in now.state_dict().items())
     batch = a_batch()
-    for train in (True, False):                                       # with dropout drawn from one seed, and without
+    for train in (True, False):  # with dropout drawn from one seed, and without
         outputs = []
         for model in (before, now):
             torch.manual_seed(1)
@@ -429,16 +494,17 @@ def test_a_file_with_the_old_name_of_the_learned_table_loads(tmp_path):
     before = BERTBeforeTheFactory(BERTConfig(vocab_size=V, max_len=16, d_model=16, n_heads=2, n_layers=2))
     old_state = before.state_dict()
     assert "position_embedding.weight" in old_state
-    model = small()                                                   # seed 0: other weights
+    model = small()  # seed 0: other weights
     assert not torch.equal(model.positional.embedding.weight, old_state["position_embedding.weight"])
-    model.load_state_dict(old_state)                                  # strict: every key is taken
+    model.load_state_dict(old_state)  # strict: every key is taken
     assert torch.equal(model.positional.embedding.weight, old_state["position_embedding.weight"])
     assert all(torch.equal(model.state_dict()[BERT.renamed_keys.get(k, k)], v) for k, v in old_state.items())
     # and through load_model, as a file that save_model wrote before the rename
     path = checkpoints.save_model(tmp_path / "bert.pt", model)
     saved = checkpoints.read_checkpoint(path)
-    saved["model"] = {("position_embedding.weight" if k == "positional.embedding.weight" else k): v
-                      for k, v in saved["model"].items()}
+    saved["model"] = {
+        ("position_embedding.weight" if k == "positional.embedding.weight" else k): v for k, v in saved["model"].items()
+    }
     checkpoints.write_checkpoint(saved, path)
     loaded, _, _ = checkpoints.load_model(path)
     assert torch.equal(loaded.positional.embedding.weight, old_state["position_embedding.weight"])

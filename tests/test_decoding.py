@@ -40,20 +40,18 @@ class CopyModel(nn.Module):
 
 
 def test_each_sentence_stops_at_its_own_eos():
-    src = torch.tensor([[5, 6, 7, EOS_ID],
-                        [8, EOS_ID, PAD_ID, PAD_ID],
-                        [9, 10, 11, 12]])                 # the model emits EOS after the source
+    src = torch.tensor(
+        [[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID], [9, 10, 11, 12]]
+    )  # the model emits EOS after the source
     out = greedy_decode(CopyModel(), src, max_new_tokens=8)
-    assert out.tolist() == [[5, 6, 7, EOS_ID, PAD_ID],
-                            [8, EOS_ID, PAD_ID, PAD_ID, PAD_ID],
-                            [9, 10, 11, 12, EOS_ID]]
+    assert out.tolist() == [[5, 6, 7, EOS_ID, PAD_ID], [8, EOS_ID, PAD_ID, PAD_ID, PAD_ID], [9, 10, 11, 12, EOS_ID]]
 
 
 def test_the_loop_ends_when_every_sentence_has_finished():
     model = CopyModel()
     src = torch.tensor([[5, EOS_ID, PAD_ID], [6, 7, EOS_ID]])
     out = greedy_decode(model, src, max_new_tokens=50)
-    assert out.shape == (2, 3)                            # 3 steps: the longer sentence's EOS
+    assert out.shape == (2, 3)  # 3 steps: the longer sentence's EOS
     assert model.seen == [1, 2, 3]
     # Checking only the first sentence's EOS (a classic bug) would have stopped after 2 steps.
     assert out[1].tolist() == [6, 7, EOS_ID]
@@ -67,8 +65,9 @@ def test_max_new_tokens_is_respected():
 @pytest.fixture(scope="module")
 def transformer():
     torch.manual_seed(0)
-    config = TransformerConfig(V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
-                               max_len=12, dropout=0.1)
+    config = TransformerConfig(
+        V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=12, dropout=0.1
+    )
     return Transformer(config)
 
 
@@ -77,8 +76,8 @@ def test_batched_greedy_equals_one_sentence_at_a_time(transformer):
     out = greedy_decode(transformer, batch.src, max_new_tokens=10)
     for row, src in zip(out, batch.src):
         alone = greedy_decode(transformer, src[src != PAD_ID][None], max_new_tokens=10)[0]
-        assert row[:len(alone)].tolist() == alone.tolist()
-        assert torch.all(row[len(alone):] == PAD_ID)
+        assert row[: len(alone)].tolist() == alone.tolist()
+        assert torch.all(row[len(alone) :] == PAD_ID)
 
 
 def test_greedy_picks_the_argmax_of_the_models_distribution(transformer):
@@ -143,18 +142,23 @@ def test_translate_with_a_beam_writes_each_sentences_best_hypothesis_in_input_or
     sentences = ["abcdef", "a", "cde", "fghijk", "bb"]
     tokenizer = LetterTokenizer()
     got = translate(transformer, sentences, tokenizer, batch_size=2, beam_size=3, normalize=normalize)
-    for sentence, text in zip(sentences, got):           # one sentence at a time, no padding, no sorting
+    for sentence, text in zip(sentences, got):  # one sentence at a time, no padding, no sorting
         src = torch.tensor([tokenizer.encode_batch([sentence], add_eos=True)[0]])
-        best = beam_search(transformer, src=src, beam_size=3, max_new_tokens=min(2 * src.shape[1] + 10, 12),
-                           normalize=normalize)[0][0][0]
+        best = beam_search(
+            transformer, src=src, beam_size=3, max_new_tokens=min(2 * src.shape[1] + 10, 12), normalize=normalize
+        )[0][0][0]
         assert text == tokenizer.decode(torch.tensor(best))
     assert translate(transformer, sentences, tokenizer, beam_size=1) == translate(transformer, sentences, tokenizer)
 
 
-@pytest.mark.parametrize("search", [
-    lambda model, src: beam_search(model, src=src, beam_size=3, max_new_tokens=12),
-    lambda model, src: generate(model, src=src, max_new_tokens=12).tolist(),
-], ids=["beam_search", "generate"])
+@pytest.mark.parametrize(
+    "search",
+    [
+        lambda model, src: beam_search(model, src=src, beam_size=3, max_new_tokens=12),
+        lambda model, src: generate(model, src=src, max_new_tokens=12).tolist(),
+    ],
+    ids=["beam_search", "generate"],
+)
 def test_a_model_left_in_training_mode_is_searched_without_dropout_and_left_so(transformer, search):
     # Dropout 0.1 in the fixture: a source encoded in training mode would be noised (the encoder
     # ran before eval() was set, once), and the two calls below would then differ.
@@ -171,11 +175,14 @@ def test_a_model_left_in_training_mode_is_searched_without_dropout_and_left_so(t
         transformer.train(mode)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(beam_size=0), "beam_size must be a positive int, got 0"),
-    (dict(beam_size=True), "beam_size must be a positive int, got True"),
-    (dict(beam_size=2, normalize="mean"), "normalize must be one of None, 'length' or 'gnmt', got 'mean'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(beam_size=0), "beam_size must be a positive int, got 0"),
+        (dict(beam_size=True), "beam_size must be a positive int, got True"),
+        (dict(beam_size=2, normalize="mean"), "normalize must be one of None, 'length' or 'gnmt', got 'mean'"),
+    ],
+)
 def test_translate_rejects_a_bad_beam(transformer, kwargs, match):
     with pytest.raises(ValueError, match=match):
         translate(transformer, ["abc"], LetterTokenizer(), **kwargs)
@@ -195,8 +202,9 @@ def test_seq2seq_loss_smooths_only_in_training_mode(transformer):
     torch.manual_seed(1)
     smoothed, _ = loss_fn(transformer, batch)
     torch.manual_seed(1)
-    expected = label_smoothed_cross_entropy(transformer(batch.src, batch.tgt_in), batch.tgt_out,
-                                            pad_id=PAD_ID, smoothing=0.2)
+    expected = label_smoothed_cross_entropy(
+        transformer(batch.src, batch.tgt_in), batch.tgt_out, pad_id=PAD_ID, smoothing=0.2
+    )
     torch.testing.assert_close(smoothed, expected)
     with pytest.raises(ValueError, match="smoothing"):
         seq2seq_loss(pad_id=PAD_ID, smoothing=1.0)

@@ -33,25 +33,26 @@ XLINK_HREF = "{http://www.w3.org/1999/xlink}href"
 
 # The chapters that teach an idea that every peer textbook draws, and so must show a diagram of it.
 DIAGRAM_CHAPTERS = {
-    "01_attention",              # attention as a soft dictionary look-up
-    "02_masks",                  # the padding and causal masks and their OR, as matrices
-    "03_multi_head_attention",   # the split into heads, the concatenation and W^O
-    "05_transformer_block",      # post-LN and pre-LN blocks side by side
-    "06_encoder_decoder",        # the encoder-decoder with cross-attention
-    "09_language_model",         # the KV cache at one decoding step
-    "13_bert_pretraining",       # BERT's 15% selection and 80-10-10 replacement
+    "01_attention",  # attention as a soft dictionary look-up
+    "02_masks",  # the padding and causal masks and their OR, as matrices
+    "03_multi_head_attention",  # the split into heads, the concatenation and W^O
+    "05_transformer_block",  # post-LN and pre-LN blocks side by side
+    "06_encoder_decoder",  # the encoder-decoder with cross-attention
+    "09_language_model",  # the KV cache at one decoding step
+    "13_bert_pretraining",  # BERT's 15% selection and 80-10-10 replacement
 }
 MIN_FONT = 13.0
 WIDTH_RANGE = (600.0, 800.0)
-DEFAULT_FONT = 16.0          # CSS "medium", what an SVG's text inherits when nothing sets a size
+DEFAULT_FONT = 16.0  # CSS "medium", what an SVG's text inherits when nothing sets a size
 # matplotlib's (seaborn's) "colorblind" palette, as the book's figures use it; greys are allowed too
-PALETTE = {"#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494",
-           "#ece133", "#56b4e9"}
+PALETTE = {"#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9"}
 TEXT_TAGS = {"text", "tspan", "textPath"}
 COLOUR = re.compile(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b")
 # ```{figure} path  or  :::{figure} path, its options (:key: value), a blank line, the caption
-FIGURE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{figure\}[ \t]+(?P<path>\S+)[ \t]*\n(?P<body>.*?)^(?P=fence)[ \t]*$",
-                    re.MULTILINE | re.DOTALL)
+FIGURE = re.compile(
+    r"^(?P<fence>`{3,}|:{3,})\{figure\}[ \t]+(?P<path>\S+)[ \t]*\n(?P<body>.*?)^(?P=fence)[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 def _tag(element) -> str:
@@ -64,8 +65,7 @@ def _font_size(value: str, parent: float) -> float:
     if not match:
         raise ValueError(f"font-size {value!r} is not a plain size (units, px, pt, em or %)")
     number, unit = float(match.group(1)), match.group(2)
-    return {None: number, "px": number, "pt": number * 4 / 3, "em": number * parent,
-            "%": number * parent / 100}[unit]
+    return {None: number, "px": number, "pt": number * 4 / 3, "em": number * parent, "%": number * parent / 100}[unit]
 
 
 def _own_font_size(element) -> str | None:
@@ -104,8 +104,10 @@ def viewbox_width(root) -> float:
 def _figure_directives() -> list[dict]:
     """Every figure directive in the markdown of the book's notebooks and Markdown pages."""
     found = []
-    sources = [(p, [c for c in json.loads(p.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "markdown"])
-               for p in sorted(BOOK.glob("*.ipynb"))]
+    sources = [
+        (p, [c for c in json.loads(p.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "markdown"])
+        for p in sorted(BOOK.glob("*.ipynb"))
+    ]
     for path, cells in sources:
         for cell in cells:
             text = "".join(cell["source"])
@@ -113,8 +115,9 @@ def _figure_directives() -> list[dict]:
                 found.append({"file": path.name, "target": match.group("path"), **_options(match.group("body"))})
     for path in sorted(BOOK.rglob("*.md")):
         for match in FIGURE.finditer(path.read_text(encoding="utf-8")):
-            found.append({"file": str(path.relative_to(BOOK)), "target": match.group("path"),
-                          **_options(match.group("body"))})
+            found.append(
+                {"file": str(path.relative_to(BOOK)), "target": match.group("path"), **_options(match.group("body"))}
+            )
     return found
 
 
@@ -145,7 +148,9 @@ def test_the_chapters_that_need_a_diagram_show_one():
 def test_every_figure_directive_shows_an_existing_file_with_alt_text_and_a_caption(directive):
     target = (BOOK / directive["target"]).resolve()
     assert target.is_file(), f"{directive['file']}: figure {directive['target']} does not exist"
-    assert directive["options"].get("alt", "").strip(), f"{directive['file']}: figure {directive['target']} has no :alt:"
+    assert directive["options"].get("alt", "").strip(), (
+        f"{directive['file']}: figure {directive['target']} has no :alt:"
+    )
     assert directive["caption"], f"{directive['file']}: figure {directive['target']} has no caption"
 
 
@@ -197,7 +202,7 @@ def test_every_diagrams_colours_are_the_colour_blind_safe_palette_or_grey(svg):
         colour = colour.lower()
         if len(colour) == 4:
             colour = "#" + "".join(c * 2 for c in colour[1:])
-        red, green, blue = (int(colour[k:k + 2], 16) for k in (1, 3, 5))
+        red, green, blue = (int(colour[k : k + 2], 16) for k in (1, 3, 5))
         if colour not in PALETTE and not red == green == blue:
             others.add(colour)
     assert not others, f"{svg.name}: colours outside the palette: {sorted(others)}"
@@ -209,6 +214,7 @@ def test_the_font_size_resolution_follows_inheritance_and_units():
         '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 700 100" font-size="15">'
         '<text>a<tspan font-size="13">b</tspan>c</text>'
         '<g style="font-size: 20px"><text font-size="1.5em">d</text><text>e</text></g>'
-        '<g font-size="10"><text style="font-size:50%">f</text></g></svg>')
+        '<g font-size="10"><text style="font-size:50%">f</text></g></svg>'
+    )
     assert sorted(text_sizes(root)) == [(5.0, "f"), (13.0, "b"), (15.0, "a"), (15.0, "c"), (20.0, "e"), (30.0, "d")]
     assert viewbox_width(root) == 700

@@ -26,8 +26,11 @@ NOTEBOOKS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 def _code(path: Path) -> list[str]:
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return [without_magics("\n".join("".join(c["source"]).splitlines()))   # %pip in the install cell
-            for c in cells if c["cell_type"] == "code"]
+    return [
+        without_magics("\n".join("".join(c["source"]).splitlines()))  # %pip in the install cell
+        for c in cells
+        if c["cell_type"] == "code"
+    ]
 
 
 def _displayed(path: Path) -> tuple[dict, list[str]]:
@@ -46,7 +49,9 @@ def _is_check(statement: ast.stmt) -> bool:
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         function = statement.value.func
         name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
-        owner = function.value.id if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name) else ""
+        owner = (
+            function.value.id if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name) else ""
+        )
         return "check" in name or owner == "checks" or name.startswith("_require")
     if isinstance(statement, (ast.If, ast.For)):
         nodes = list(ast.walk(statement))
@@ -57,6 +62,9 @@ def _is_check(statement: ast.stmt) -> bool:
 
 
 def _lines(statement: ast.stmt) -> int:
+    """The lines a check takes; one call to a check is one line, however the formatter wraps its arguments."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        return 1
     return statement.end_lineno - statement.lineno + 1
 
 
@@ -72,15 +80,24 @@ def check_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, 
 def _functions(obj: object) -> list[tuple[str, ast.FunctionDef]]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(obj)))).body[0]
     if isinstance(tree, ast.ClassDef):
-        return [(f"{tree.name}.{f.name}", f) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        return [
+            (f"{tree.name}.{f.name}", f) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
     return [(tree.name, tree)]
 
 
 def test_the_audit_tells_a_checked_equation_from_a_wall_of_checks() -> None:
-    good, bad = ast.parse(textwrap.dedent('''
+    good, wrapped, bad = ast.parse(
+        textwrap.dedent('''
         def good(x, k):
             """Doc."""
             checks.positive_int("good", k=k)
+            return x * k
+
+        def wrapped(x, k):
+            _check_arguments(
+                x, k, "a long list of arguments that the formatter lays out over several lines", "wrapped"
+            )
             return x * k
 
         def bad(x, k):
@@ -91,8 +108,10 @@ def test_the_audit_tells_a_checked_equation_from_a_wall_of_checks() -> None:
             y = x * k
             _check_finite(y)
             return y
-    ''')).body
+    ''')
+    ).body
     assert check_lines(good) == (1, 0)
+    assert check_lines(wrapped) == (1, 0)
     assert check_lines(bad) == (4, 1)
 
 
@@ -117,7 +136,10 @@ def test_displayed_functions_open_with_at_most_one_check_line(path: Path) -> Non
 def test_displayed_code_carries_no_linter_comments(path: Path) -> None:
     """A listing is read, not linted: no ``noqa`` (or ``type: ignore``) comment in anything shown."""
     namespace, shown = _displayed(path)
-    marked = [f"{expression}: {line.strip()}" for expression in shown
-              for line in inspect.getsource(inspect.unwrap(eval(expression, namespace))).splitlines()
-              if "# noqa" in line or "# type: ignore" in line]
+    marked = [
+        f"{expression}: {line.strip()}"
+        for expression in shown
+        for line in inspect.getsource(inspect.unwrap(eval(expression, namespace))).splitlines()
+        if "# noqa" in line or "# type: ignore" in line
+    ]
     assert not marked, f"{path.name} shows linter comments:\n" + "\n".join(marked)

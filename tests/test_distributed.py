@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 STEPS, GLOBAL_BATCH = 6, 8
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json, sys
     import torch
     from transformer_book import objectives, training
@@ -53,7 +53,7 @@ SCRIPT = textwrap.dedent('''
     json.dump(rows, open(f"{{out}}/rows-{{rank}}.json", "w"))
     torch.save(model.state_dict(), f"{{out}}/model-{{rank}}.pt")
     json.dump([v for _, v in history.train_loss], open(f"{{out}}/losses-{{rank}}.json", "w"))
-''').format(batch=GLOBAL_BATCH, steps=STEPS)
+""").format(batch=GLOBAL_BATCH, steps=STEPS)
 
 
 def _free_port() -> int:
@@ -72,15 +72,32 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(script), str(tmp_path)],
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(_free_port()),
+            str(script),
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=32, context=8, d_model=16, n_heads=2, n_layers=1, dropout=0.0))
-    config = training.TrainConfig(steps=STEPS, lr=1e-2, warmup_steps=2, schedule="cosine", clip_norm=1.0,
-                                  log_every=1, eval_every=100)
+    config = training.TrainConfig(
+        steps=STEPS, lr=1e-2, warmup_steps=2, schedule="cosine", clip_norm=1.0, log_every=1, eval_every=100
+    )
     history = training.fit(model, _batches, objectives.language_model_loss(), config, progress=False)
     single = [v for _, v in history.train_loss]
 
@@ -88,7 +105,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
         # each process computed half of every global batch, not all of it
         assert json.loads((tmp_path / f"rows-{rank}.json").read_text()) == [GLOBAL_BATCH // 2] * STEPS
         losses = json.loads((tmp_path / f"losses-{rank}.json").read_text())
-        assert losses == pytest.approx(single, rel=1e-5, abs=1e-6)             # the global batch's loss, every step
+        assert losses == pytest.approx(single, rel=1e-5, abs=1e-6)  # the global batch's loss, every step
         state = torch.load(tmp_path / f"model-{rank}.pt", weights_only=True)
         for name, value in model.state_dict().items():
             if name.endswith("w_k.bias"):

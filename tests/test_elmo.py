@@ -16,6 +16,7 @@ EXACT = dict(rtol=0, atol=1e-12)
 
 # --- LSTMCell --------------------------------------------------------------------------------
 
+
 def test_cell_matches_torch_lstmcell_forward_and_gradients():
     torch.manual_seed(0)
     ours, theirs = LSTMCell(5, 4).double(), nn.LSTMCell(5, 4).double()
@@ -78,6 +79,7 @@ def test_cell_gate_equations_by_hand():
 
 # --- LSTMLayer -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize("load", ["torch_into_book", "book_into_torch"])
 def test_layer_matches_nn_lstm(with_state, load):
@@ -127,7 +129,9 @@ def test_layer_is_the_cell_unrolled():
 
 def test_lstm_bad_input():
     cell, layer = LSTMCell(3, 2), LSTMLayer(3, 2)
-    with pytest.raises(ValueError, match=r"LSTMCell: x must be a torch.float32 tensor of shape \(\*, 3\), got shape \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"LSTMCell: x must be a torch.float32 tensor of shape \(\*, 3\), got shape \(2, 4\)"
+    ):
         cell(torch.zeros(2, 4))
     with pytest.raises(ValueError, match="LSTMCell: x .* dtype torch.float64"):
         cell(torch.zeros(2, 3, dtype=torch.float64))
@@ -148,6 +152,7 @@ def test_lstm_bad_input():
 
 
 # --- ScalarMix -------------------------------------------------------------------------------
+
 
 def test_scalar_mix_equals_a_loop_and_starts_uniform():
     torch.manual_seed(0)
@@ -194,10 +199,17 @@ def test_scalar_mix_bad_input():
 
 # --- BiLM ------------------------------------------------------------------------------------
 
+
 def tiny(**changes):
     torch.manual_seed(0)
-    return BiLM(BiLMConfig(**{**dict(vocab_size=23, d_embed=8, d_hidden=12, n_layers=2, cutoffs=(5, 12),
-                                     div_value=2.0, dropout=0.0), **changes}))
+    return BiLM(
+        BiLMConfig(
+            **{
+                **dict(vocab_size=23, d_embed=8, d_hidden=12, n_layers=2, cutoffs=(5, 12), div_value=2.0, dropout=0.0),
+                **changes,
+            }
+        )
+    )
 
 
 def test_shapes_names_and_seeded_construction():
@@ -205,7 +217,9 @@ def test_shapes_names_and_seeded_construction():
     tokens = torch.randint(0, 23, (3, 7))
     reps = model.layer_representations(tokens)
     assert reps.shape == (3, 3, 7, 16)
-    assert isinstance(model.forward_layers[0], nn.LSTM) and isinstance(tiny(engine="book").backward_layers[1], LSTMLayer)
+    assert isinstance(model.forward_layers[0], nn.LSTM) and isinstance(
+        tiny(engine="book").backward_layers[1], LSTMLayer
+    )
     assert isinstance(model.output, nn.AdaptiveLogSoftmaxWithLoss)
     assert isinstance(tiny(cutoffs=()).output, nn.Linear)
     # layer 0 is the embedding, twice
@@ -224,13 +238,15 @@ def test_engines_agree_after_copying_weights():
     book_model = tiny(cutoffs=(5,), engine="book").double().eval()
     book_model.load_state_dict(torch_model.state_dict())
     tokens = torch.randint(0, 23, (2, 6))
-    torch.testing.assert_close(book_model.layer_representations(tokens), torch_model.layer_representations(tokens),
-                               **EXACT)
+    torch.testing.assert_close(
+        book_model.layer_representations(tokens), torch_model.layer_representations(tokens), **EXACT
+    )
     for a, b in zip(book_model.loss(tokens), torch_model.loss(tokens)):
         torch.testing.assert_close(a, b, **EXACT)
     lengths = torch.tensor([4, 6])
-    torch.testing.assert_close(book_model.layer_representations(tokens, lengths),
-                               torch_model.layer_representations(tokens, lengths), **EXACT)
+    torch.testing.assert_close(
+        book_model.layer_representations(tokens, lengths), torch_model.layer_representations(tokens, lengths), **EXACT
+    )
 
 
 def test_forward_half_ignores_the_future_and_backward_half_the_past():
@@ -238,12 +254,12 @@ def test_forward_half_ignores_the_future_and_backward_half_the_past():
     tokens = torch.randint(0, 23, (2, 9))
     t, d = 4, 8
     later, earlier = tokens.clone(), tokens.clone()
-    later[:, t + 1:] = (later[:, t + 1:] + 1) % 23
+    later[:, t + 1 :] = (later[:, t + 1 :] + 1) % 23
     earlier[:, :t] = (earlier[:, :t] + 1) % 23
     base, a, b = (model.layer_representations(x) for x in (tokens, later, earlier))
     for j in range(1, 3):
-        torch.testing.assert_close(a[j, :, :t + 1, :d], base[j, :, :t + 1, :d], rtol=0, atol=0)
-        assert not torch.allclose(a[j, :, :t + 1, d:], base[j, :, :t + 1, d:])  # the backward half does see it
+        torch.testing.assert_close(a[j, :, : t + 1, :d], base[j, :, : t + 1, :d], rtol=0, atol=0)
+        assert not torch.allclose(a[j, :, : t + 1, d:], base[j, :, : t + 1, d:])  # the backward half does see it
         torch.testing.assert_close(b[j, :, t:, d:], base[j, :, t:, d:], rtol=0, atol=0)
         assert not torch.allclose(b[j, :, t:, :d], base[j, :, t:, :d])
 
@@ -254,12 +270,12 @@ def test_padding_never_reaches_the_real_positions():
     rows = [torch.randint(0, 23, (n,)) for n in (7, 3, 5)]
     batch = torch.randint(0, 23, (3, 7))  # arbitrary ids in the padding
     for b, row in enumerate(rows):
-        batch[b, :len(row)] = row
+        batch[b, : len(row)] = row
     lengths = torch.tensor([len(r) for r in rows])
     reps = model.layer_representations(batch, lengths)
     for b, row in enumerate(rows):
         alone = model.layer_representations(row[None])
-        torch.testing.assert_close(reps[:, b, :len(row)], alone[:, 0], **EXACT)
+        torch.testing.assert_close(reps[:, b, : len(row)], alone[:, 0], **EXACT)
     # without lengths the backward direction of the short rows reads the padding first
     unaware = model.layer_representations(batch)
     assert not torch.allclose(unaware[1:, 1, :3], reps[1:, 1, :3])
@@ -274,8 +290,10 @@ def _hand_nll(model, tokens):
         fwd_targets.append([row[t + 1] for t in range(len(row) - 1)])  # position t predicts token t+1
         bwd_targets.append([row[t] for t in range(len(row) - 1)])  # position t+1 predicts token t
     V = model.config.vocab_size
-    return (F.nll_loss(fwd.reshape(-1, V), torch.tensor(fwd_targets).reshape(-1)),
-            F.nll_loss(bwd.reshape(-1, V), torch.tensor(bwd_targets).reshape(-1)))
+    return (
+        F.nll_loss(fwd.reshape(-1, V), torch.tensor(fwd_targets).reshape(-1)),
+        F.nll_loss(bwd.reshape(-1, V), torch.tensor(bwd_targets).reshape(-1)),
+    )
 
 
 @pytest.mark.parametrize("cutoffs", [(5, 12), ()])
@@ -312,8 +330,7 @@ def test_dropout_only_in_train_mode():
     model = tiny(dropout=0.5)
     tokens = torch.randint(0, 23, (2, 5))
     model.eval()
-    torch.testing.assert_close(model.layer_representations(tokens), model.layer_representations(tokens),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(model.layer_representations(tokens), model.layer_representations(tokens), rtol=0, atol=0)
     model.train()
     assert not torch.equal(model.layer_representations(tokens), model.layer_representations(tokens))
 
@@ -324,7 +341,7 @@ def test_a_tiny_bilm_learns_a_repeated_sequence():
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(150):
         start = torch.randint(0, 16, (8,))
-        windows = torch.stack([pattern[s:s + 12] for s in start])
+        windows = torch.stack([pattern[s : s + 12] for s in start])
         loss_fwd, loss_bwd = model.loss(windows)
         optimizer.zero_grad()
         (loss_fwd + loss_bwd).backward()
@@ -335,8 +352,11 @@ def test_a_tiny_bilm_learns_a_repeated_sequence():
 
 def test_bilm_bad_input():
     model = tiny()
-    with pytest.raises(ValueError, match=r"BiLM.loss: tokens must be a \(B, n\) integer tensor, got shape \(2, 3\), "
-                                         "dtype torch.float32"):
+    with pytest.raises(
+        ValueError,
+        match=r"BiLM.loss: tokens must be a \(B, n\) integer tensor, got shape \(2, 3\), "
+        "dtype torch.float32",
+    ):
         model.loss(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=r"BiLM.layer_representations: tokens must be .* got shape \(5,\)"):
         model.layer_representations(torch.zeros(5, dtype=torch.long))
@@ -357,26 +377,31 @@ def test_bilm_bad_input():
         model.layer_representations(tokens, torch.tensor([5, 2]))
     with pytest.raises(ValueError, match=r"lengths must be a \(2,\) integer tensor, got shape \(3,\)"):
         model.layer_representations(tokens, torch.tensor([1, 2, 3]))
-    with pytest.raises(ValueError, match=r"lengths must be a \(2,\) integer tensor, got shape \(2,\), dtype torch.float32"):
+    with pytest.raises(
+        ValueError, match=r"lengths must be a \(2,\) integer tensor, got shape \(2,\), dtype torch.float32"
+    ):
         model.layer_representations(tokens, torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="BiLM: config must be a BiLMConfig, got dict"):
         BiLM({"vocab_size": 10})
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(vocab_size=0), "BiLMConfig: vocab_size must be a positive int, got 0"),
-    (dict(d_embed=True), "BiLMConfig: d_embed must be a positive int, got True"),
-    (dict(n_layers=1.5), "BiLMConfig: n_layers must be a positive int, got 1.5"),
-    (dict(dropout=1.0), r"BiLMConfig: dropout must lie in \[0, 1\), got 1.0"),
-    (dict(cutoffs=(12, 5)), r"BiLMConfig: cutoffs must increase strictly .* got \(12, 5\)"),
-    (dict(cutoffs=(5, 5)), r"cutoffs must increase strictly .* got \(5, 5\)"),
-    (dict(cutoffs=(5, 23)), r"lie in \[1, vocab_size=23\), got \(5, 23\); use cutoffs=\(\)"),
-    (dict(cutoffs=(0, 5)), r"got \(0, 5\)"),
-    (dict(cutoffs=(5.0,)), r"BiLMConfig: cutoffs must be a tuple of ints, got \(5.0,\)"),
-    (dict(div_value=0.5), "BiLMConfig: div_value must be a finite real >= 1, got 0.5"),
-    (dict(div_value=16.0), "BiLMConfig: div_value=16.0 leaves the last of 2 tail clusters"),
-    (dict(engine="cudnn"), r"BiLMConfig: engine must be one of \('torch', 'book'\), got 'cudnn'"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(vocab_size=0), "BiLMConfig: vocab_size must be a positive int, got 0"),
+        (dict(d_embed=True), "BiLMConfig: d_embed must be a positive int, got True"),
+        (dict(n_layers=1.5), "BiLMConfig: n_layers must be a positive int, got 1.5"),
+        (dict(dropout=1.0), r"BiLMConfig: dropout must lie in \[0, 1\), got 1.0"),
+        (dict(cutoffs=(12, 5)), r"BiLMConfig: cutoffs must increase strictly .* got \(12, 5\)"),
+        (dict(cutoffs=(5, 5)), r"cutoffs must increase strictly .* got \(5, 5\)"),
+        (dict(cutoffs=(5, 23)), r"lie in \[1, vocab_size=23\), got \(5, 23\); use cutoffs=\(\)"),
+        (dict(cutoffs=(0, 5)), r"got \(0, 5\)"),
+        (dict(cutoffs=(5.0,)), r"BiLMConfig: cutoffs must be a tuple of ints, got \(5.0,\)"),
+        (dict(div_value=0.5), "BiLMConfig: div_value must be a finite real >= 1, got 0.5"),
+        (dict(div_value=16.0), "BiLMConfig: div_value=16.0 leaves the last of 2 tail clusters"),
+        (dict(engine="cudnn"), r"BiLMConfig: engine must be one of \('torch', 'book'\), got 'cudnn'"),
+    ],
+)
 def test_config_errors_name_the_field(changes, message):
     with pytest.raises(ValueError, match=message):
         BiLMConfig(**{**dict(vocab_size=23, d_embed=8, cutoffs=(5, 12), div_value=2.0), **changes})
@@ -384,8 +409,14 @@ def test_config_errors_name_the_field(changes, message):
 
 def test_config_defaults_and_list_cutoffs():
     c = BiLMConfig(vocab_size=33278)
-    assert (c.d_embed, c.d_hidden, c.n_layers, c.cutoffs, c.div_value, c.engine) == (256, 1024, 2, (2000, 10000),
-                                                                                     4.0, "torch")
+    assert (c.d_embed, c.d_hidden, c.n_layers, c.cutoffs, c.div_value, c.engine) == (
+        256,
+        1024,
+        2,
+        (2000, 10000),
+        4.0,
+        "torch",
+    )
     assert BiLMConfig(vocab_size=23, cutoffs=[5, 12]).cutoffs == (5, 12)
     with pytest.raises(ValueError, match="below|lie in"):
         BiLMConfig(vocab_size=100)  # the default cutoffs need a large vocabulary

@@ -153,7 +153,9 @@ def test_ppmi_shift_and_alpha_matter():
     assert (ppmi(counts, alpha=1.0, shift=5.0).toarray() <= plain).all()
 
 
-@pytest.mark.parametrize("kwargs, match", [({"alpha": 0.0}, "alpha"), ({"alpha": 1.5}, "alpha"), ({"shift": 0.5}, "shift")])
+@pytest.mark.parametrize(
+    "kwargs, match", [({"alpha": 0.0}, "alpha"), ({"alpha": 1.5}, "alpha"), ({"shift": 0.5}, "shift")]
+)
 def test_ppmi_rejects_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ppmi(sp.csr_matrix(_random_counts()), **kwargs)
@@ -309,9 +311,11 @@ def test_pmi_by_hand_and_its_positive_part():
     assert np.isneginf(values[0, 0]) and np.isneginf(values[2, 2])
     smoothed = col**0.5 / (col**0.5).sum()
     assert pmi(sp.csr_matrix(counts), alpha=0.5)[1, 2] == pytest.approx(
-        math.log((3.0 / D) / ((row[1] / D) * smoothed[2])))
-    np.testing.assert_allclose(ppmi(sp.csr_matrix(counts), alpha=1.0).toarray(),
-                               np.maximum(np.where(np.isneginf(values), 0.0, values), 0.0))
+        math.log((3.0 / D) / ((row[1] / D) * smoothed[2]))
+    )
+    np.testing.assert_allclose(
+        ppmi(sp.csr_matrix(counts), alpha=1.0).toarray(), np.maximum(np.where(np.isneginf(values), 0.0, values), 0.0)
+    )
     with pytest.raises(ValueError, match="non-negative"):
         pmi(-counts)
     with pytest.raises(ValueError, match="too large"):

@@ -62,8 +62,14 @@ def within_binomial(successes: int, trials: int, p: float, sigmas: float = 5.0) 
 
 def tiny_bert(n_layers: int = 2, vocab_size: int = V, seed: int = 0, **changes) -> BERT:
     torch.manual_seed(seed)
-    return BERT(BERTConfig(**{**dict(vocab_size=vocab_size, max_len=48, d_model=16, n_heads=2, n_layers=n_layers,
-                                     dropout=0.0), **changes}))
+    return BERT(
+        BERTConfig(
+            **{
+                **dict(vocab_size=vocab_size, max_len=48, d_model=16, n_heads=2, n_layers=n_layers, dropout=0.0),
+                **changes,
+            }
+        )
+    )
 
 
 def random_inputs(B: int = 3, n: int = 9, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,6 +90,7 @@ def cross_entropy_by_hand(logits: torch.Tensor, target: int) -> float:
 
 # ----------------------------------------------------------------------------- the heads
 
+
 def test_classifier_logits_are_pooled_cls_through_tanh_and_the_new_layer():
     bert = tiny_bert()
     model = SequenceClassifier(bert, 3, dropout=0.5).eval()
@@ -92,10 +99,17 @@ def test_classifier_logits_are_pooled_cls_through_tanh_and_the_new_layer():
         hidden = bert.encode(tokens, segments)
         W_P, b_P = bert.pooler.weight, bert.pooler.bias
         W_C, b_C = model.classifier.weight, model.classifier.bias
-        expected = torch.stack([
-            torch.stack([sum(torch.tanh(hidden[b, 0] @ W_P[k] + b_P[k]) * W_C[c, k] for k in range(16)) + b_C[c]
-                         for c in range(3)])
-            for b in range(tokens.shape[0])])
+        expected = torch.stack(
+            [
+                torch.stack(
+                    [
+                        sum(torch.tanh(hidden[b, 0] @ W_P[k] + b_P[k]) * W_C[c, k] for k in range(16)) + b_C[c]
+                        for c in range(3)
+                    ]
+                )
+                for b in range(tokens.shape[0])
+            ]
+        )
         logits = model(tokens, segments)
     assert logits.shape == (3, 3)
     torch.testing.assert_close(logits, expected, atol=1e-6, rtol=1e-5)
@@ -124,8 +138,12 @@ def test_tagger_logits_are_a_linear_layer_on_every_hidden_state():
     with torch.no_grad():
         hidden = bert.encode(tokens, segments)
         W, b = model.tagger.weight, model.tagger.bias
-        expected = torch.tensor([[[float(hidden[i, t] @ W[c] + b[c]) for c in range(4)]
-                                  for t in range(tokens.shape[1])] for i in range(tokens.shape[0])])
+        expected = torch.tensor(
+            [
+                [[float(hidden[i, t] @ W[c] + b[c]) for c in range(4)] for t in range(tokens.shape[1])]
+                for i in range(tokens.shape[0])
+            ]
+        )
         logits = model(tokens, segments)
     assert logits.shape == (3, 9, 4)
     torch.testing.assert_close(logits, expected, atol=1e-6, rtol=1e-5)
@@ -171,11 +189,14 @@ def test_span_extractor_rejects_a_bad_allowed_mask():
         model(tokens, segments, all_false)
 
 
-@pytest.mark.parametrize("make", [
-    lambda bert: SequenceClassifier(bert, 3),
-    lambda bert: TokenTagger(bert, 3),
-    lambda bert: SpanExtractor(bert),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda bert: SequenceClassifier(bert, 3),
+        lambda bert: TokenTagger(bert, 3),
+        lambda bert: SpanExtractor(bert),
+    ],
+)
 def test_right_padding_leaves_a_sequences_outputs_unchanged(make):
     model = make(tiny_bert()).eval()
     tokens, segments = random_inputs(B=2, n=10)
@@ -214,6 +235,7 @@ def test_heads_check_their_arguments():
 
 # ----------------------------------------------------------------------------- best spans
 
+
 def brute_force_spans(start: torch.Tensor, end: torch.Tensor, max_length: int) -> list[tuple[int, int]]:
     spans = []
     for b in range(start.shape[0]):
@@ -231,8 +253,10 @@ def brute_force_spans(start: torch.Tensor, end: torch.Tensor, max_length: int) -
 @pytest.mark.parametrize("max_length", [1, 2, 5, 30])
 def test_best_spans_match_a_brute_force_search(seed, max_length):
     g = torch.Generator().manual_seed(seed)
-    start, end = torch.randn(5, 11, generator=g, dtype=torch.float64), torch.randn(5, 11, generator=g,
-                                                                                 dtype=torch.float64)
+    start, end = (
+        torch.randn(5, 11, generator=g, dtype=torch.float64),
+        torch.randn(5, 11, generator=g, dtype=torch.float64),
+    )
     spans = best_spans(start, end, max_length)
     assert spans.dtype == torch.int64 and spans.shape == (5, 2)
     assert [tuple(s) for s in spans.tolist()] == brute_force_spans(start, end, max_length)
@@ -268,6 +292,7 @@ def test_best_spans_reject_bad_arguments():
 
 
 # ----------------------------------------------------------------------------- losses and prediction
+
 
 def class_batch(B: int = 3, n: int = 9) -> FineTuningBatch:
     tokens, segments = random_inputs(B, n)
@@ -331,21 +356,35 @@ def test_span_loss_is_the_mean_of_start_and_end_cross_entropies_over_allowed_pos
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     with pytest.raises(ValueError, match=r"SpanExtractor.loss: 'span' targets must be \(2, 2\), got \(2,\)"):
         finetuning_loss(model, batch._replace(targets=torch.tensor([3, 6])))
-    for row, bad in ((1, [[3, 5], [2, 6]]), (0, [[3, 7], [6, 6]]), (1, [[3, 5], [6, 5]]), (0, [[-1, 5], [6, 6]]),
-                     (1, [[3, 5], [6, 8]])):
-        with pytest.raises(ValueError, match=rf"the answer \({bad[row][0]}, {bad[row][1]}\) of row {row} starts or "
-                                             "ends outside the allowed positions, or ends before it starts"):
+    for row, bad in (
+        (1, [[3, 5], [2, 6]]),
+        (0, [[3, 7], [6, 6]]),
+        (1, [[3, 5], [6, 5]]),
+        (0, [[-1, 5], [6, 6]]),
+        (1, [[3, 5], [6, 8]]),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=rf"the answer \({bad[row][0]}, {bad[row][1]}\) of row {row} starts or "
+            "ends outside the allowed positions, or ends before it starts",
+        ):
             finetuning_loss(model, batch._replace(targets=torch.tensor(bad)))
 
 
 def test_loss_and_predict_reject_another_model():
     batch = class_batch()
-    with pytest.raises(ValueError, match=r"finetuning_loss: model must be a FineTuningHead \(a SequenceClassifier, "
-                                         r"TokenTagger or SpanExtractor\), got BERT"):
+    with pytest.raises(
+        ValueError,
+        match=r"finetuning_loss: model must be a FineTuningHead \(a SequenceClassifier, "
+        r"TokenTagger or SpanExtractor\), got BERT",
+    ):
         finetuning_loss(tiny_bert(n_layers=1), batch)
     other = nn.Linear(3, 3).train()
-    with pytest.raises(ValueError, match=r"predict: model must be a FineTuningHead \(a SequenceClassifier, "
-                                         r"TokenTagger or SpanExtractor\), got Linear"):
+    with pytest.raises(
+        ValueError,
+        match=r"predict: model must be a FineTuningHead \(a SequenceClassifier, "
+        r"TokenTagger or SpanExtractor\), got Linear",
+    ):
         predict(other, batch)
     assert other.training
 
@@ -353,7 +392,7 @@ def test_loss_and_predict_reject_another_model():
 def span_batch(B: int = 2, n: int = 8) -> FineTuningBatch:
     tokens, segments = random_inputs(B, n)
     allowed = torch.zeros(B, n, dtype=torch.bool)
-    allowed[:, n // 2:] = True
+    allowed[:, n // 2 :] = True
     answers = torch.tensor([[n // 2, n // 2 + 1], [n - 1, n - 1]])[:B]
     return FineTuningBatch(tokens, segments, answers, allowed, "span")
 
@@ -369,7 +408,11 @@ def test_each_heads_loss_is_cross_entropy_on_its_logits_exactly():
     """The heads' own losses are the formulas of the functions they replace, bit for bit:
     F.cross_entropy on the logits (over the scored tokens; the mean of the start and the end)."""
     bert = tiny_bert(n_layers=1)
-    classifier, tagger, spans = SequenceClassifier(bert, 3).eval(), TokenTagger(bert, 3).eval(), SpanExtractor(bert).eval()
+    classifier, tagger, spans = (
+        SequenceClassifier(bert, 3).eval(),
+        TokenTagger(bert, 3).eval(),
+        SpanExtractor(bert).eval(),
+    )
     batch = class_batch()._replace(kind="class")
     loss, count = classifier.loss(batch)
     assert torch.equal(loss, F.cross_entropy(classifier(batch.tokens, batch.segments), batch.targets)) and count == 3
@@ -386,19 +429,22 @@ def test_each_heads_loss_is_cross_entropy_on_its_logits_exactly():
     expected = (F.cross_entropy(start, batch.targets[:, 0]) + F.cross_entropy(end, batch.targets[:, 1])) / 2
     assert torch.equal(loss, expected) and count == 2
     for head, b in ((classifier, class_batch()), (tagger, tag_batch()), (spans, span_batch())):
-        assert torch.equal(finetuning_loss(head, b)[0], head.loss(b)[0])       # the function is the method
+        assert torch.equal(finetuning_loss(head, b)[0], head.loss(b)[0])  # the function is the method
 
 
 def test_a_head_refuses_a_batch_of_another_kind():
     bert = tiny_bert(n_layers=1)
-    tokens, segments = random_inputs(B=2, n=2)      # (2, 2) tags: the shape a span extractor reads
+    tokens, segments = random_inputs(B=2, n=2)  # (2, 2) tags: the shape a span extractor reads
     tags = FineTuningBatch(tokens, segments, torch.tensor([[0, 1], [1, 1]]), torch.ones(2, 2, dtype=torch.bool), "tags")
-    with pytest.raises(ValueError, match="SpanExtractor.loss: the batch holds 'tags' targets, but a SpanExtractor "
-                                         "reads 'span' targets"):
+    with pytest.raises(
+        ValueError, match="SpanExtractor.loss: the batch holds 'tags' targets, but a SpanExtractor reads 'span' targets"
+    ):
         SpanExtractor(bert).loss(tags)
-    assert SpanExtractor(bert).loss(tags._replace(kind=None))[1] == 2     # unstated, it would pass as spans
-    with pytest.raises(ValueError, match="SequenceClassifier.loss: the batch holds 'span' targets, but a "
-                                         "SequenceClassifier reads 'class' targets"):
+    assert SpanExtractor(bert).loss(tags._replace(kind=None))[1] == 2  # unstated, it would pass as spans
+    with pytest.raises(
+        ValueError,
+        match="SequenceClassifier.loss: the batch holds 'span' targets, but a SequenceClassifier reads 'class' targets",
+    ):
         SequenceClassifier(bert, 3).loss(span_batch())
     with pytest.raises(ValueError, match="TokenTagger.loss: the batch holds 'class' targets"):
         TokenTagger(bert, 3).loss(class_batch()._replace(kind="class"))
@@ -408,7 +454,11 @@ def test_a_head_refuses_a_batch_of_another_kind():
 
 def test_the_heads_state_their_kind_and_the_base_is_abstract():
     assert (SequenceClassifier.kind, TokenTagger.kind, SpanExtractor.kind) == ("class", "tags", "span")
-    assert [SequenceClassifier.reads_pooler, TokenTagger.reads_pooler, SpanExtractor.reads_pooler] == [True, False, False]
+    assert [SequenceClassifier.reads_pooler, TokenTagger.reads_pooler, SpanExtractor.reads_pooler] == [
+        True,
+        False,
+        False,
+    ]
     assert all(issubclass(h, FineTuningHead) for h in (SequenceClassifier, TokenTagger, SpanExtractor))
     with pytest.raises(TypeError, match="abstract"):
         FineTuningHead(tiny_bert(n_layers=1))
@@ -440,6 +490,7 @@ def test_predict_is_eval_mode_argmax_and_restores_the_mode(was_training):
 
 
 # ----------------------------------------------------------------------------- freezing and gradients
+
 
 def expected_trainable(model: nn.Module, head: str, k: int, n_layers: int) -> set[str]:
     names = {name for name, _ in model.named_parameters() if name.startswith(head + ".")}
@@ -474,7 +525,11 @@ def test_freeze_encoder_for_a_tagger_and_a_span_extractor():
     allowed = torch.ones(2, 6, dtype=torch.bool)
     for model, head, batch in (
         (TokenTagger(tiny_bert(), 3), "tagger", FineTuningBatch(tokens, segments, targets, allowed)),
-        (SpanExtractor(tiny_bert()), "span", FineTuningBatch(tokens, segments, torch.tensor([[1, 2], [3, 3]]), allowed)),
+        (
+            SpanExtractor(tiny_bert()),
+            "span",
+            FineTuningBatch(tokens, segments, torch.tensor([[1, 2], [3, 3]]), allowed),
+        ),
     ):
         freeze_encoder(model, trainable_layers=1)
         finetuning_loss(model, batch)[0].backward()
@@ -506,9 +561,10 @@ def test_fit_changes_only_the_weights_that_are_not_frozen():
     freeze_encoder(model, trainable_layers=1)
     trainable = expected_trainable(model, "classifier", 1, 2)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    batch = class_batch()._replace(kind="class")        # fit moves the tensors and carries the kind along
-    config = training.TrainConfig(steps=3, lr=1e-2, warmup_steps=0, schedule="constant", eval_every=10,
-                                  log_every=1, amp=False)
+    batch = class_batch()._replace(kind="class")  # fit moves the tensors and carries the kind along
+    config = training.TrainConfig(
+        steps=3, lr=1e-2, warmup_steps=0, schedule="constant", eval_every=10, log_every=1, amp=False
+    )
     training.fit(model, lambda step: batch, finetuning_loss, config, device="cpu", progress=False)
     after = model.state_dict()
     assert before.keys() == after.keys()
@@ -558,6 +614,7 @@ def tok():
 
 # ----------------------------------------------------------------------------- single sentences and pairs
 
+
 def test_encode_sentence_lays_out_cls_text_sep_and_cuts_the_text(tok):
     ids = tok.encode("the cat sat on the mat")
     assert encode_sentence(tok, "the cat sat on the mat", 32) == [CLS_ID, *ids, SEP_ID]
@@ -601,13 +658,23 @@ def order_documents(n_documents: int, lengths: list[int]) -> list[list[str]]:
 
 
 TRANSLATIONS = [
-    ("Es ist heiß heute.", "It's hot today."), ("Es ist heiß heute.", "It is hot today."),
-    ("Es ist heiß heute.", "It's warm today."), ("Es ist kalt heute.", "It's cold today."),
-    ("Es ist kalt heute.", "It is cold today."), ("Ich habe Hunger.", "I'm hungry."),
-    ("Ich habe Hunger.", "I am hungry."), ("Ich bin hungrig.", "I am hungry."), ("Ich bin hungrig.", "I'm starving."),
-    ("Er ist müde.", "He is tired."), ("Er ist müde.", "He's tired."), ("Sie ist müde.", "She is tired."),
-    ("Sie ist müde.", "She's tired."), ("Das ist gut.", "That is good."), ("Das ist gut.", "That's good."),
-    ("Das ist gut.", "That is good."), ("Allein.", "Alone."),
+    ("Es ist heiß heute.", "It's hot today."),
+    ("Es ist heiß heute.", "It is hot today."),
+    ("Es ist heiß heute.", "It's warm today."),
+    ("Es ist kalt heute.", "It's cold today."),
+    ("Es ist kalt heute.", "It is cold today."),
+    ("Ich habe Hunger.", "I'm hungry."),
+    ("Ich habe Hunger.", "I am hungry."),
+    ("Ich bin hungrig.", "I am hungry."),
+    ("Ich bin hungrig.", "I'm starving."),
+    ("Er ist müde.", "He is tired."),
+    ("Er ist müde.", "He's tired."),
+    ("Sie ist müde.", "She is tired."),
+    ("Sie ist müde.", "She's tired."),
+    ("Das ist gut.", "That is good."),
+    ("Das ist gut.", "That's good."),
+    ("Das ist gut.", "That is good."),
+    ("Allein.", "Alone."),
 ]
 
 
@@ -629,11 +696,16 @@ def test_pivot_paraphrase_pairs_label_shared_translations(seed):
     assert sum(label for *_, label in every) == 7 and len(every) <= 14
     for a, b, label in every:
         assert a != b
-        assert bool(pivots[a] & pivots[b]) == bool(label)            # a paraphrase exactly when a pivot is shared
+        assert bool(pivots[a] & pivots[b]) == bool(label)  # a paraphrase exactly when a pivot is shared
     # groups linked by a pivot, through any chain, never straddle the splits
-    linked = [{"It's hot today.", "It is hot today.", "It's warm today."}, {"It's cold today.", "It is cold today."},
-              {"I'm hungry.", "I am hungry.", "I'm starving."}, {"He is tired.", "He's tired."},
-              {"She is tired.", "She's tired."}, {"That is good.", "That's good."}]
+    linked = [
+        {"It's hot today.", "It is hot today.", "It's warm today."},
+        {"It's cold today.", "It is cold today."},
+        {"I'm hungry.", "I am hungry.", "I'm starving."},
+        {"He is tired.", "He's tired."},
+        {"She is tired.", "She's tired."},
+        {"That is good.", "That's good."},
+    ]
     for group in linked:
         where = {split for split, rows in splits.items() for a, b, _ in rows for t in (a, b) if t in group}
         assert len(where) <= 1
@@ -644,9 +716,11 @@ def test_pivot_paraphrase_negatives_are_the_most_overlapping_candidates():
     # one split only: every text is a candidate; with many candidates per word the best overlap is found
     splits = pivot_paraphrase_pairs(TRANSLATIONS, test_fraction=1e-9, candidates=200, seed=0)
     negatives = [frozenset((a, b)) for a, b, label in splits["train"] if label == 0]
-    assert frozenset(("It is hot today.", "It is cold today.")) in negatives \
+    assert (
+        frozenset(("It is hot today.", "It is cold today.")) in negatives
         or frozenset(("It's hot today.", "It's cold today.")) in negatives
-    assert len(negatives) == sum(label for *_, label in splits["train"]) == 7   # one negative per positive
+    )
+    assert len(negatives) == sum(label for *_, label in splits["train"]) == 7  # one negative per positive
     # "I'm hungry." and "I'm starving." share no pivot but are linked through "I am hungry.": never a negative
     assert frozenset(("I'm hungry.", "I'm starving.")) not in negatives
 
@@ -674,17 +748,46 @@ def test_pair_examples_lay_out_cls_a_sep_b_sep(tok):
 
 # ----------------------------------------------------------------------------- case restoration
 
-@pytest.mark.parametrize("word, tag", [
-    ("dog", 0), ("Dog", 1), ("NASA", 2), ("McCartney", 3), ("A", 1), ("1994", None), (",", None),
-    ("iPhone", 3), ("US", 2), ("e.g.", 0), ("Paul's", 1), ("", None), ("B-52", 1),
-])
+
+@pytest.mark.parametrize(
+    "word, tag",
+    [
+        ("dog", 0),
+        ("Dog", 1),
+        ("NASA", 2),
+        ("McCartney", 3),
+        ("A", 1),
+        ("1994", None),
+        (",", None),
+        ("iPhone", 3),
+        ("US", 2),
+        ("e.g.", 0),
+        ("Paul's", 1),
+        ("", None),
+        ("B-52", 1),
+    ],
+)
 def test_case_tag_of_hand_examples(word, tag):
     assert case_tag(word) == tag
     assert CASE_TAGS == ("lower", "Capitalised", "UPPER", "MiXed")
 
 
-HAND_TAGS = {"Paul": 1, "McCartney": 3, "met": 0, "NASA": 2, "in": 0, "1994": None, ".": None, "the": 0,
-             "The": 1, "was": 0, "odd": 0, "cat": 0, "sat": 0, "McLondon": 3}
+HAND_TAGS = {
+    "Paul": 1,
+    "McCartney": 3,
+    "met": 0,
+    "NASA": 2,
+    "in": 0,
+    "1994": None,
+    ".": None,
+    "the": 0,
+    "The": 1,
+    "was": 0,
+    "odd": 0,
+    "cat": 0,
+    "sat": 0,
+    "McLondon": 3,
+}
 
 
 def expected_case_example(tok, words):
@@ -732,8 +835,8 @@ def test_case_restoration_cuts_at_a_word_boundary_within_max_len(tok):
             continue
         (e,) = cut
         assert len(e.tokens) == size + 2 <= max_len
-        assert e.tokens == full.tokens[:size + 1] + [SEP_ID]
-        assert e.target == full.target[:size + 1] + [IGNORE_INDEX]
+        assert e.tokens == full.tokens[: size + 1] + [SEP_ID]
+        assert e.target == full.target[: size + 1] + [IGNORE_INDEX]
     with pytest.raises(ValueError, match="case_restoration_examples: max_len must be an int >= 5"):
         case_restoration_examples(tok, [sentence], 4)
 
@@ -749,26 +852,29 @@ def test_case_restoration_skips_sentences_with_no_tagged_word(tok):
 
 # ----------------------------------------------------------------------------- entity spans
 
-@pytest.mark.parametrize("words, max_words, spans", [
-    ("The Beatles played in New York in 1964 .", 3, [(1, 2), (4, 6), (7, 8)]),
-    ("Paul met John", 3, [(2, 3)]),
-    ("Paris", 3, []),
-    ("", 3, []),
-    ("He saw A B C D then E F G", 3, [(7, 10)]),
-    ("He saw A B C D then E F G", 4, [(2, 6), (7, 10)]),
-    ("He saw A B C D then E F G", 1, []),
-    ("In 1000 999 2099 2100 2150 0999 19945 1994s", 3, [(1, 2), (3, 4)]),
-    ("1994 was the year 1994", 3, [(4, 5)]),
-    ("the [UNK] of McCartney and NASA", 3, [(3, 4), (5, 6)]),
-    ("we saw R2D2 and Jean-Paul and O'Neil", 3, []),
-    ("in London 1666 Wren", 3, [(1, 2), (2, 3), (3, 4)]),
-])
+
+@pytest.mark.parametrize(
+    "words, max_words, spans",
+    [
+        ("The Beatles played in New York in 1964 .", 3, [(1, 2), (4, 6), (7, 8)]),
+        ("Paul met John", 3, [(2, 3)]),
+        ("Paris", 3, []),
+        ("", 3, []),
+        ("He saw A B C D then E F G", 3, [(7, 10)]),
+        ("He saw A B C D then E F G", 4, [(2, 6), (7, 10)]),
+        ("He saw A B C D then E F G", 1, []),
+        ("In 1000 999 2099 2100 2150 0999 19945 1994s", 3, [(1, 2), (3, 4)]),
+        ("1994 was the year 1994", 3, [(4, 5)]),
+        ("the [UNK] of McCartney and NASA", 3, [(3, 4), (5, 6)]),
+        ("we saw R2D2 and Jean-Paul and O'Neil", 3, []),
+        ("in London 1666 Wren", 3, [(1, 2), (2, 3), (3, 4)]),
+    ],
+)
 def test_entity_spans_of_hand_examples(words, max_words, spans):
     assert entity_spans(words.split(), max_words=max_words) == spans
 
 
 # ----------------------------------------------------------------------------- cloze spans
-
 
 
 def passage_of(passage: str) -> tuple[list[str], int, int]:
@@ -783,8 +889,7 @@ def passage_of(passage: str) -> tuple[list[str], int, int]:
 
 @pytest.mark.parametrize("max_len, question_pieces, per_passage", [(48, 16, 2), (64, 20, 1), (40, 16, 3)])
 def test_cloze_examples_hold_the_answer_in_the_passage(tok, max_len, question_pieces, per_passage):
-    out = cloze_span_examples(tok, ARTICLES, max_len, question_pieces=question_pieces, per_passage=per_passage,
-                              seed=1)
+    out = cloze_span_examples(tok, ARTICLES, max_len, question_pieces=question_pieces, per_passage=per_passage, seed=1)
     assert len(out) >= 4
     by_passage = Counter()
     questions_of = {}
@@ -805,39 +910,44 @@ def test_cloze_examples_hold_the_answer_in_the_passage(tok, max_len, question_pi
         original = item.question.replace("[MASK]", item.answer)
         assert original in article and original not in article[i:j]
         # the passage and the answer's span in it: its first occurrence
-        assert tokens[sep + 1:-1] == tok.encode(item.passage)
+        assert tokens[sep + 1 : -1] == tok.encode(item.passage)
         assert len(tokens) - sep - 2 <= max_len - 3 - question_pieces
         assert sep < first <= last < len(tokens) - 1 and allowed[first] and allowed[last]
-        assert tok.decode(tokens[first:last + 1]) == item.answer.lower()
+        assert tok.decode(tokens[first : last + 1]) == item.answer.lower()
         words, answer = item.passage.split(), item.answer.split()
-        at = next(k for k in range(len(words)) if words[k:k + len(answer)] == answer)
+        at = next(k for k in range(len(words)) if words[k : k + len(answer)] == answer)
         assert first == sep + 1 + len(tok.encode(" ".join(words[:at])))
         assert item.answer in item.candidates
-        assert set(item.candidates) == {" ".join(s.split()[a:b]) for s in article[i:j] for a, b in entity_spans(s.split())}
+        assert set(item.candidates) == {
+            " ".join(s.split()[a:b]) for s in article[i:j] for a, b in entity_spans(s.split())
+        }
         by_passage[item.passage] += 1
         questions_of.setdefault(item.passage, []).append(original)
     assert max(by_passage.values()) <= per_passage
     assert all(len(set(qs)) == len(qs) for qs in questions_of.values())
-    again = cloze_span_examples(tok, ARTICLES, max_len, question_pieces=question_pieces, per_passage=per_passage,
-                                seed=1)
+    again = cloze_span_examples(
+        tok, ARTICLES, max_len, question_pieces=question_pieces, per_passage=per_passage, seed=1
+    )
     assert again == out
 
 
 def test_cloze_keeps_a_wikitext_unk_as_one_unk_piece(tok):
     """WikiText's ``<unk>`` reaches the documents as ``[UNK]`` (see ``wikitext2_documents``): the
     passage must read it as the one ``[UNK]`` id that pretraining saw, as ``tok.encode`` does."""
-    articles = [[
-        "The river Thames runs through London to the [UNK] .",
-        "London was founded by the Romans as Londinium .",
-        "The Romans built a bridge over the Thames .",
-    ]]
+    articles = [
+        [
+            "The river Thames runs through London to the [UNK] .",
+            "London was founded by the Romans as Londinium .",
+            "The Romans built a bridge over the Thames .",
+        ]
+    ]
     out = cloze_span_examples(tok, articles, 48, question_pieces=16, per_passage=3, seed=0)
     passages = [item for item in out if "[UNK]" in item.passage]
     assert passages
     for item in passages:
         tokens = item.example.tokens
         sep = tokens.index(SEP_ID)
-        assert tokens[sep + 1:-1] == tok.encode(item.passage)
+        assert tokens[sep + 1 : -1] == tok.encode(item.passage)
         assert tokens.count(UNK_ID) == item.passage.split().count("[UNK]")
 
 
@@ -850,6 +960,7 @@ def test_cloze_needs_room_for_a_passage(tok):
 
 
 # ----------------------------------------------------------------------------- batches
+
 
 def class_examples(n: int) -> list[Example]:
     return [Example([CLS_ID] + [10 + i] * (1 + i % 4) + [SEP_ID], [0] * (3 + i % 4), i % 2, "class") for i in range(n)]
@@ -877,19 +988,25 @@ def test_batches_pad_every_field_to_the_longest_example():
     assert batch.allowed.dtype == torch.bool and not batch.allowed.any() and batch.allowed.shape == (3, 6)
     assert batch.kind == "class"
 
-    tags = [Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX], "tags"),
-            Example([2, 7, 8, 3], [0, 0, 0, 0], [IGNORE_INDEX, 2, 0, IGNORE_INDEX], "tags")]
+    tags = [
+        Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX], "tags"),
+        Example([2, 7, 8, 3], [0, 0, 0, 0], [IGNORE_INDEX, 2, 0, IGNORE_INDEX], "tags"),
+    ]
     (batch,) = list(FineTuningBatches(tags, 2, shuffle=False))
     I = IGNORE_INDEX
     assert batch.targets.tolist() == [[I, 1, I, I], [I, 2, 0, I]] and batch.kind == "tags"
     assert batch.tokens.tolist() == [[2, 7, 3, 0], [2, 7, 8, 3]]
 
-    spans = [Example([2, 4, 3, 7, 8, 3], [0, 0, 0, 1, 1, 1], (3, 4), "span", [False, False, False, True, True, False]),
-             Example([2, 4, 3, 7, 3], [0, 0, 0, 1, 1], (3, 3), "span", [False, False, False, True, False])]
+    spans = [
+        Example([2, 4, 3, 7, 8, 3], [0, 0, 0, 1, 1, 1], (3, 4), "span", [False, False, False, True, True, False]),
+        Example([2, 4, 3, 7, 3], [0, 0, 0, 1, 1], (3, 3), "span", [False, False, False, True, False]),
+    ]
     (batch,) = list(FineTuningBatches(spans, 2, shuffle=False))
     assert batch.targets.tolist() == [[3, 4], [3, 3]] and batch.kind == "span"
-    assert batch.allowed.tolist() == [[False, False, False, True, True, False],
-                                      [False, False, False, True, False, False]]
+    assert batch.allowed.tolist() == [
+        [False, False, False, True, True, False],
+        [False, False, False, True, False, False],
+    ]
     assert batch.segments.tolist() == [[0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 0]]
     assert batch.tokens.tolist() == [[2, 4, 3, 7, 8, 3], [2, 4, 3, 7, 3, 0]]
 
@@ -921,8 +1038,10 @@ def test_batches_are_a_pure_function_of_the_step_and_epochs_visit_every_example_
 
 def test_bucketed_batches_group_similar_lengths_and_still_visit_every_example_once():
     rng = np.random.default_rng(0)
-    examples = [Example([CLS_ID] + [10 + i] * int(n) + [SEP_ID], [0] * (int(n) + 2), i % 2, "class")
-                for i, n in enumerate(rng.integers(1, 40, size=200))]
+    examples = [
+        Example([CLS_ID] + [10 + i] * int(n) + [SEP_ID], [0] * (int(n) + 2), i % 2, "class")
+        for i, n in enumerate(rng.integers(1, 40, size=200))
+    ]
     plain, bucketed = FineTuningBatches(examples, 8, seed=3), FineTuningBatches(examples, 8, seed=3, bucket=5)
     assert len(bucketed) == len(plain) == 25
     padded = {}
@@ -930,16 +1049,16 @@ def test_bucketed_batches_group_similar_lengths_and_still_visit_every_example_on
         for epoch in range(2):
             steps = range(epoch * 25, (epoch + 1) * 25)
             seen = [i for s in steps for i in ids_of(batches(s))]
-            assert sorted(seen) == list(range(200))                       # each example once per epoch
+            assert sorted(seen) == list(range(200))  # each example once per epoch
         padded[name] = sum(batches(s).tokens.numel() - int((batches(s).tokens != PAD_ID).sum()) for s in range(25))
-    assert padded["bucketed"] < padded["plain"] / 3                       # far less of each step is padding
+    assert padded["bucketed"] < padded["plain"] / 3  # far less of each step is padding
     # the same windows as the plain order, each sorted by length; a pure function of the step
     window = plain.order(0)[:40]
     lengths = [len(examples[i].tokens) for i in window]
     firsts = {tuple(ids_of(bucketed(s))) for s in range(25)}
     assert tuple(int(i) for i in window[np.argsort(lengths, kind="stable")][:8]) in firsts
     assert same_batch(bucketed(7), FineTuningBatches(examples, 8, seed=3, bucket=5)(7))
-    assert bucketed(3).tokens.tolist() != bucketed(28).tokens.tolist()   # another epoch, another order
+    assert bucketed(3).tokens.tolist() != bucketed(28).tokens.tolist()  # another epoch, another order
     for bad in (0, -2, True, 1.5):
         with pytest.raises(ValueError, match="bucket must be a positive int"):
             FineTuningBatches(examples, 8, bucket=bad)
@@ -964,8 +1083,9 @@ def test_batches_reject_bad_examples():
     tags = Example([2, 7, 3], [0, 0, 0], [IGNORE_INDEX, 1, IGNORE_INDEX], "tags")
     with pytest.raises(ValueError, match=r"FineTuningBatches: examples mix the kinds \['class', 'tags'\]"):
         FineTuningBatches([*good, tags], 2)
-    with pytest.raises(ValueError,
-                       match=r"FineTuningBatches: example 1's kind must be one of 'class', 'tags' or 'span', got 'label'"):
+    with pytest.raises(
+        ValueError, match=r"FineTuningBatches: example 1's kind must be one of 'class', 'tags' or 'span', got 'label'"
+    ):
         FineTuningBatches([good[0], good[1]._replace(kind="label")], 2)
     # a span built in the old layout, allowed where the kind now stands
     with pytest.raises(ValueError, match=r"example 0's kind must be one of .*, got \[False, True, False\]"):
@@ -977,12 +1097,17 @@ def test_batches_reject_bad_examples():
     with pytest.raises(ValueError, match=r"example 0 has fields of lengths \[3, 4\]"):
         FineTuningBatches([Example([2, 7, 3], [0, 0, 0], (1, 1), "span", [False, True, False, False])], 2)
     # the kind is stated, and the target must be of it: nothing is guessed from the target's type
-    for kind, target, pattern in [("class", "1", "class target must be an int"), ("class", True, "class target"),
-                                  ("class", 1.0, "class target"), ("class", [1, 2, 3], "class target"),
-                                  ("tags", 1, "tags target must be a list of ints"),
-                                  ("tags", [1, 2.5, 0], "tags target must be a list of ints"),
-                                  ("span", (1, 2, 3), r"span target must be a \(start, end\) pair of ints"),
-                                  ("span", [1, 2, 0], "span target"), ("span", (1, 1.0), "span target")]:
+    for kind, target, pattern in [
+        ("class", "1", "class target must be an int"),
+        ("class", True, "class target"),
+        ("class", 1.0, "class target"),
+        ("class", [1, 2, 3], "class target"),
+        ("tags", 1, "tags target must be a list of ints"),
+        ("tags", [1, 2.5, 0], "tags target must be a list of ints"),
+        ("span", (1, 2, 3), r"span target must be a \(start, end\) pair of ints"),
+        ("span", [1, 2, 0], "span target"),
+        ("span", (1, 1.0), "span target"),
+    ]:
         with pytest.raises(ValueError, match=f"FineTuningBatches: example 0's {pattern}"):
             FineTuningBatches([Example([2, 7, 3], [0, 0, 0], target, kind, [False, True, False])], 2)
     with pytest.raises(ValueError, match="example 0 is a span without allowed positions"):
@@ -990,7 +1115,9 @@ def test_batches_reject_bad_examples():
     assert FineTuningBatches([Example([2, 7, 3], [0, 0, 0], np.int64(1), "class")], 2)(0).targets.tolist() == [1]
     # a list of two tags is tags, and a pair is a span, as they say
     assert FineTuningBatches([Example([2, 7], [0, 0], [1, 2], "tags")], 1)(0).targets.tolist() == [[1, 2]]
-    assert FineTuningBatches([Example([2, 7], [0, 0], [1, 1], "span", [False, True])], 1)(0).targets.tolist() == [[1, 1]]
+    assert FineTuningBatches([Example([2, 7], [0, 0], [1, 1], "span", [False, True])], 1)(0).targets.tolist() == [
+        [1, 1]
+    ]
 
 
 def test_task_examples_train_their_heads_through_the_batches(tok):
@@ -1000,8 +1127,9 @@ def test_task_examples_train_their_heads_through_the_batches(tok):
     batch = tagging(0)
     loss, count = finetuning_loss(TokenTagger(bert, len(CASE_TAGS)), batch)
     assert count == int((batch.targets != IGNORE_INDEX).sum()) > 0 and torch.isfinite(loss)
-    spans = FineTuningBatches([item.example for item in cloze_span_examples(tok, ARTICLES, 48, question_pieces=16)],
-                              3, seed=0)
+    spans = FineTuningBatches(
+        [item.example for item in cloze_span_examples(tok, ARTICLES, 48, question_pieces=16)], 3, seed=0
+    )
     batch = spans(0)
     model = SpanExtractor(bert)
     loss, count = finetuning_loss(model, batch)

@@ -20,8 +20,7 @@ def test_gpt_flops_per_token_equals_the_counted_matrix_products(tie_output, n):
     counter does not see inside the CPU's fused attention kernel, so the attention's products
     are counted separately, on the book's explicit attention of the same shapes (full n x n
     scores, the formula's convention), once per layer."""
-    config = GPTConfig(50, context=16, d_model=32, n_heads=4, n_layers=2, d_ff=48, dropout=0.0,
-                       tie_output=tie_output)
+    config = GPTConfig(50, context=16, d_model=32, n_heads=4, n_layers=2, d_ff=48, dropout=0.0, tie_output=tie_output)
     model = GPT(config)
     tokens = torch.randint(0, 50, (3, n), generator=torch.Generator().manual_seed(0))
     with FlopCounterMode(display=False) as counter:
@@ -42,11 +41,19 @@ def test_gpt2_small_costs_what_the_published_estimate_says():
     assert 0.85e9 < flops.gpt_flops_per_token(config) < 0.86e9
 
 
-@pytest.mark.parametrize("name, peak", [
-    ("NVIDIA H100 80GB HBM3", 989.4e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
-    ("NVIDIA H200", 989.4e12), ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA L40S", 362.1e12),
-    ("NVIDIA L4", 121e12), ("Some Future GPU", None),
-])
+@pytest.mark.parametrize(
+    "name, peak",
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4e12),
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H100 NVL", 835e12),
+        ("NVIDIA H200", 989.4e12),
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA L40S", 362.1e12),
+        ("NVIDIA L4", 121e12),
+        ("Some Future GPU", None),
+    ],
+)
 def test_peak_flops_reads_the_datasheet_by_device_name(monkeypatch, name, peak):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
@@ -62,14 +69,20 @@ def test_mfu_is_achieved_over_peak_flops():
     assert flops.mfu(0.0, 8e8, 1e14) == 0.0
 
 
-@pytest.mark.parametrize("call, pattern", [
-    (lambda: flops.mfu(-1.0, 1e9, 1e14), "tokens_per_s"),
-    (lambda: flops.mfu(1.0, 0.0, 1e14), "flops_per_token and peak"),
-    (lambda: flops.mfu(1.0, 1e9, float("nan")), "flops_per_token and peak"),
-    (lambda: flops.gpt_flops_per_token(GPTConfig(10, context=8), 9), r"context=9 exceeds the model's context of 8 positions"),
-    (lambda: flops.gpt_flops_per_token(GPTConfig(10, context=8), 0), "context must be a positive int, got 0"),
-    (lambda: flops.gpt_flops_per_token("gpt2"), "config must be a GPTConfig"),
-])
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (lambda: flops.mfu(-1.0, 1e9, 1e14), "tokens_per_s"),
+        (lambda: flops.mfu(1.0, 0.0, 1e14), "flops_per_token and peak"),
+        (lambda: flops.mfu(1.0, 1e9, float("nan")), "flops_per_token and peak"),
+        (
+            lambda: flops.gpt_flops_per_token(GPTConfig(10, context=8), 9),
+            r"context=9 exceeds the model's context of 8 positions",
+        ),
+        (lambda: flops.gpt_flops_per_token(GPTConfig(10, context=8), 0), "context must be a positive int, got 0"),
+        (lambda: flops.gpt_flops_per_token("gpt2"), "config must be a GPTConfig"),
+    ],
+)
 def test_bad_input_is_named(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()
@@ -102,8 +115,8 @@ def test_gru_encoder_cost_equals_the_counted_matrix_products(n, n_layers, bidire
 
 def test_the_rounds_of_a_gru_grow_with_n_and_those_of_a_transformer_do_not():
     assert [flops.gru_encoder_cost(n, 8, 8).rounds for n in (1, 10, 100)] == [1, 10, 100]
-    assert flops.gru_encoder_cost(10, 8, 8, n_layers=6).rounds == 60                        # waits for both directions
-    assert flops.gru_encoder_cost(10, 8, 8, n_layers=6, bidirectional=False).rounds == 15   # a wavefront
+    assert flops.gru_encoder_cost(10, 8, 8, n_layers=6).rounds == 60  # waits for both directions
+    assert flops.gru_encoder_cost(10, 8, 8, n_layers=6, bidirectional=False).rounds == 15  # a wavefront
     assert {flops.transformer_encoder_cost(n, 8, 8, n_layers=6).rounds for n in (1, 10, 100)} == {36}
 
 
@@ -116,12 +129,15 @@ def test_the_chapter_7_encoders_do_equal_work_per_token_but_for_the_scores():
         assert gru == 4_718_592 * n and transformer - gru == 3 * 4 * n * n * 256
 
 
-@pytest.mark.parametrize("call, pattern", [
-    (lambda: flops.transformer_encoder_cost(0, 8, 8), "n must be"),
-    (lambda: flops.transformer_encoder_cost(4, 8, 8, n_layers=1.5), "n_layers must be"),
-    (lambda: flops.gru_encoder_cost(4, 8, -1), "d_hidden must be"),
-    (lambda: flops.gru_encoder_cost(4, 8, 8, bidirectional="yes"), "bidirectional must be a bool"),
-])
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (lambda: flops.transformer_encoder_cost(0, 8, 8), "n must be"),
+        (lambda: flops.transformer_encoder_cost(4, 8, 8, n_layers=1.5), "n_layers must be"),
+        (lambda: flops.gru_encoder_cost(4, 8, -1), "d_hidden must be"),
+        (lambda: flops.gru_encoder_cost(4, 8, 8, bidirectional="yes"), "bidirectional must be a bool"),
+    ],
+)
 def test_bad_cost_arguments_are_named(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()

@@ -41,7 +41,9 @@ def test_a_stale_block_is_detected_and_an_unknown_one_refused() -> None:
     stale = text.replace("It has 20 chapters", "It has 15 chapters")
     assert stale != text and fp.render(stale) == text
     with pytest.raises(ValueError, match="unknown generated block 'roadmap'"):
-        fp.render(text + "\n<!-- BEGIN generated: roadmap (python .ci/front_pages.py) -->\n<!-- END generated: roadmap -->\n")
+        fp.render(
+            text + "\n<!-- BEGIN generated: roadmap (python .ci/front_pages.py) -->\n<!-- END generated: roadmap -->\n"
+        )
     with pytest.raises(ValueError, match="no generated block named run-times"):
         fp.render(re.sub(r"<!-- BEGIN generated: run-times.*?END generated: run-times -->", "", text, flags=re.DOTALL))
 
@@ -55,7 +57,7 @@ def test_the_chapter_list_names_every_numbered_chapter_of_the_toc() -> None:
 
 
 def test_the_roadmap_covers_every_chapter_of_the_toc() -> None:
-    roadmap = INTRO[INTRO.index("## Roadmap"):]
+    roadmap = INTRO[INTRO.index("## Roadmap") :]
     chapters = [p.stem for _, paths in fp.chapters() for p in paths]
     missing = [c for c in chapters if f"{{doc}}`{c}`" not in roadmap]
     assert not missing, f"book/intro.md's roadmap does not list {missing}"
@@ -65,10 +67,10 @@ def test_the_roadmap_covers_every_chapter_of_the_toc() -> None:
 def test_the_intro_lists_the_checks_that_ci_runs() -> None:
     """Each ``say`` step of ``.ci/run``'s test section is a layer of checks the intro must count."""
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    tests = run[run.index('say "unit tests"'):run.index('say "all checks passed"')]
+    tests = run[run.index('say "unit tests"') : run.index('say "all checks passed"')]
     steps = re.findall(r'^say "([^"]+)"', tests, flags=re.MULTILINE)
     assert len(steps) == 4, steps
-    section = INTRO[INTRO.index("## How the book checks itself"):INTRO.index("## Roadmap")]
+    section = INTRO[INTRO.index("## How the book checks itself") : INTRO.index("## Roadmap")]
     assert f"{WORDS[len(steps)]} layers of tests" in section and f"runs all {WORDS[len(steps)]}" in section
     for step, words in zip(steps, ["Unit tests", "Strict nbval", "book build", "browser"]):
         assert words in section, f"book/intro.md does not describe the check {step!r}"
@@ -84,7 +86,7 @@ def test_no_front_page_speaks_of_chapters_still_to_come(page: str) -> None:
 def test_what_a_chapter_needs_is_read_from_its_code() -> None:
     by_chapter = {p.name[:2]: fp.needs(p) for _, paths in fp.chapters() for p in paths}
     assert by_chapter["08"] == ["chapter 7's translators"]
-    assert "chapter 9's GPT" not in by_chapter["09"]          # a chapter does not need itself
+    assert "chapter 9's GPT" not in by_chapter["09"]  # a chapter does not need itself
     assert "chapter 13's BERT" in by_chapter["14"] and "chapter 9's GPT" in by_chapter["20"]
 
 

@@ -28,10 +28,11 @@ INF = float("inf")
 
 # ----------------------------------------------------------------------------- truncated distributions
 
+
 def test_top_k_keeps_the_k_highest_and_their_ties():
     logits = torch.tensor([[1.0, 3.0, 2.0, 0.5, 2.0]])
     assert filter_top_k(logits, 1).tolist() == [[-INF, 3.0, -INF, -INF, -INF]]
-    assert filter_top_k(logits, 2).tolist() == [[-INF, 3.0, 2.0, -INF, 2.0]]   # tied with the 2nd: kept
+    assert filter_top_k(logits, 2).tolist() == [[-INF, 3.0, 2.0, -INF, 2.0]]  # tied with the 2nd: kept
     assert filter_top_k(logits, 3).tolist() == [[-INF, 3.0, 2.0, -INF, 2.0]]
     assert filter_top_k(logits, 4).tolist() == [[1.0, 3.0, 2.0, -INF, 2.0]]
     assert torch.equal(filter_top_k(logits, 50), logits)
@@ -42,9 +43,9 @@ def test_top_p_keeps_the_token_that_crosses_p():
     logits = probs.log()[None]
     kept = lambda p: torch.isfinite(filter_top_p(logits, p))[0].tolist()
     # mass strictly above each token: 0, 0.5, 0.8, 0.95; a token stays while that is < p
-    assert kept(0.3) == [True, False, False, False]          # the most probable token always stays
-    assert kept(0.49) == [True, False, False, False]         # token 0 alone reaches 0.49
-    assert kept(0.51) == [True, True, False, False]          # token 1 crosses 0.51
+    assert kept(0.3) == [True, False, False, False]  # the most probable token always stays
+    assert kept(0.49) == [True, False, False, False]  # token 0 alone reaches 0.49
+    assert kept(0.51) == [True, True, False, False]  # token 1 crosses 0.51
     assert kept(0.79) == [True, True, False, False]
     assert kept(0.81) == [True, True, True, False]
     assert kept(1.0) == [True, True, True, True]
@@ -71,11 +72,11 @@ def test_temperature_scales_the_logits_and_zero_is_greedy():
         torch.testing.assert_close(next_token_distribution(logits, temperature=temperature), expected)
     assert next_token_distribution(logits, temperature=0).tolist() == [[1.0, 0.0, 0.0, 0.0]]
     cold = next_token_distribution(logits, temperature=0.01)
-    assert cold[0, 0].item() == pytest.approx(1.0) and cold[0, 1:].max() < 1e-40   # T -> 0: the argmax
+    assert cold[0, 0].item() == pytest.approx(1.0) and cold[0, 1:].max() < 1e-40  # T -> 0: the argmax
     # top-k then top-p, on the tempered logits, then renormalised: by hand
     probs = next_token_distribution(logits, temperature=1.0, top_k=3, top_p=0.7)
-    p3 = torch.softmax(logits[0, :3], dim=0)                 # top-3: 0.665, 0.245, 0.090
-    assert p3[0] < 0.7                                       # so token 1 crosses 0.7
+    p3 = torch.softmax(logits[0, :3], dim=0)  # top-3: 0.665, 0.245, 0.090
+    assert p3[0] < 0.7  # so token 1 crosses 0.7
     torch.testing.assert_close(probs[0], torch.cat([p3[:2] / p3[:2].sum(), torch.zeros(2)]))
 
 
@@ -85,7 +86,7 @@ def test_sampling_frequencies_follow_the_truncated_distribution():
     draws = torch.multinomial(probs.repeat(5, 1), 4000, replacement=True, generator=torch.Generator().manual_seed(0))
     counts = torch.bincount(draws.flatten(), minlength=6).double()
     support = probs > 0
-    assert counts[~support].sum() == 0                       # filtered tokens are never drawn
+    assert counts[~support].sum() == 0  # filtered tokens are never drawn
     expected = probs[support].double() / probs[support].double().sum() * counts.sum()
     assert stats.chisquare(counts[support], expected).pvalue > 0.001
     # the test has power: the same tokens at temperature 1 instead of 0.8 are rejected
@@ -112,8 +113,9 @@ V = 12
 @pytest.fixture(scope="module")
 def transformer():
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                          n_decoder_layers=2, max_len=16))
+    model = Transformer(
+        TransformerConfig(V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2, max_len=16)
+    )
     with torch.no_grad():  # sharper, more varied output distributions than at initialisation
         model.output.weight.mul_(6.0)
     return model.eval()
@@ -148,16 +150,33 @@ def test_generate_works_for_the_recurrent_models(attention):
 
 def test_sampling_with_the_cache_draws_what_recomputation_draws(transformer, gpt):
     for model, inputs in [(transformer, dict(src=SRC)), (gpt, dict(prompt=torch.tensor([[3, 4], [5, 6]])))]:
-        a = generate(model, **inputs, max_new_tokens=12, temperature=1.0, top_k=8, top_p=0.95,
-                     generator=torch.Generator().manual_seed(7))
-        b = generate(model, **inputs, max_new_tokens=12, temperature=1.0, top_k=8, top_p=0.95,
-                     generator=torch.Generator().manual_seed(7), use_cache=False)
+        a = generate(
+            model,
+            **inputs,
+            max_new_tokens=12,
+            temperature=1.0,
+            top_k=8,
+            top_p=0.95,
+            generator=torch.Generator().manual_seed(7),
+        )
+        b = generate(
+            model,
+            **inputs,
+            max_new_tokens=12,
+            temperature=1.0,
+            top_k=8,
+            top_p=0.95,
+            generator=torch.Generator().manual_seed(7),
+            use_cache=False,
+        )
         assert torch.equal(a, b)
 
 
 def test_a_cold_temperature_samples_the_greedy_sequence(transformer):
     greedy = generate(transformer, src=SRC, max_new_tokens=10)
-    cold = generate(transformer, src=SRC, max_new_tokens=10, temperature=1e-4, generator=torch.Generator().manual_seed(0))
+    cold = generate(
+        transformer, src=SRC, max_new_tokens=10, temperature=1e-4, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(cold, greedy)
 
 
@@ -203,6 +222,7 @@ def test_decoding_dispatches_on_the_declared_interfaces():
 
 # ----------------------------------------------------------------------------- beam search
 
+
 def _sequence_log_prob(model, src, tokens):
     """Sum of log P(y_t | y_<t, x) by teacher forcing."""
     tgt_in = torch.tensor([[SOS_ID] + tokens[:-1]])
@@ -215,19 +235,22 @@ def test_beam_of_one_is_greedy(transformer):
     greedy = greedy_decode(transformer, SRC, max_new_tokens=10)
     for b, hyps in enumerate(beam_search(transformer, src=SRC, beam_size=1, max_new_tokens=10)):
         row = greedy[b].tolist()
-        row = row[:row.index(EOS_ID) + 1] if EOS_ID in row else row
+        row = row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
         assert hyps[0][0] == row
 
 
 def test_a_beam_as_wide_as_all_sequences_is_exhaustive_search():
     torch.manual_seed(3)
-    vocab, length = 5, 3                                     # tokens 0..4, EOS = 2
-    model = Transformer(TransformerConfig(vocab, vocab, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1,
-                                          n_decoder_layers=1, max_len=8)).eval()
+    vocab, length = 5, 3  # tokens 0..4, EOS = 2
+    model = Transformer(
+        TransformerConfig(
+            vocab, vocab, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1, n_decoder_layers=1, max_len=8
+        )
+    ).eval()
     with torch.no_grad():
         model.output.weight.mul_(4.0)
     src = torch.tensor([[3, 4, EOS_ID]])
-    candidates = []                                          # every sequence beam search can return
+    candidates = []  # every sequence beam search can return
     for n in range(1, length + 1):
         for tokens in itertools.product(range(vocab), repeat=n):
             if EOS_ID in tokens[:-1] or (n < length and tokens[-1] != EOS_ID):
@@ -235,23 +258,29 @@ def test_a_beam_as_wide_as_all_sequences_is_exhaustive_search():
             candidates.append((list(tokens), _sequence_log_prob(model, src, list(tokens))))
     best_tokens, best_score = max(candidates, key=lambda c: c[1])
     (hyps,) = beam_search(model, src=src, beam_size=len(candidates), max_new_tokens=length)
-    assert len(hyps) == len(candidates)                      # nothing was pruned
+    assert len(hyps) == len(candidates)  # nothing was pruned
     assert hyps[0][0] == best_tokens and hyps[0][1] == pytest.approx(best_score, abs=1e-5)
     greedy = greedy_decode(model, src, max_new_tokens=length)[0].tolist()
-    assert _sequence_log_prob(model, src, greedy[:greedy.index(EOS_ID) + 1] if EOS_ID in greedy else greedy) <= best_score + 1e-9
+    assert (
+        _sequence_log_prob(model, src, greedy[: greedy.index(EOS_ID) + 1] if EOS_ID in greedy else greedy)
+        <= best_score + 1e-9
+    )
 
 
 def test_beam_search_batches_equal_one_element_at_a_time_and_scores_are_right(transformer):
     for normalize in (None, "length", "gnmt"):
         together = beam_search(transformer, src=SRC, beam_size=3, max_new_tokens=10, normalize=normalize)
         for b in range(SRC.shape[0]):
-            src = SRC[b:b + 1, :int((SRC[b] != PAD_ID).sum())]
+            src = SRC[b : b + 1, : int((SRC[b] != PAD_ID).sum())]
             alone = beam_search(transformer, src=src, beam_size=3, max_new_tokens=10, normalize=normalize)[0]
             assert [h[0] for h in alone] == [h[0] for h in together[b]]
             for tokens, score in alone:
                 total = _sequence_log_prob(transformer, src, tokens)
-                expected = {None: total, "length": total / len(tokens),
-                            "gnmt": total / length_penalty(len(tokens), 0.6)}[normalize]
+                expected = {
+                    None: total,
+                    "length": total / len(tokens),
+                    "gnmt": total / length_penalty(len(tokens), 0.6),
+                }[normalize]
                 assert score == pytest.approx(expected, abs=1e-4)
             assert [s for _, s in alone] == sorted((s for _, s in alone), reverse=True)
 
@@ -284,19 +313,21 @@ class ScriptedLM(torch.nn.Module):
         batch, n = tokens.shape
         logits = torch.full((batch, n, 8), -10.0)
         for b in range(batch):
-            written = n - 1                                   # the prompt is one token long
+            written = n - 1  # the prompt is one token long
             logits[b, -1, EOS_ID if written + 1 == int(tokens[b, 0]) else 5] = 10.0
         return logits
 
 
 def test_rows_of_a_batch_finish_at_their_own_eos():
-    prompt = torch.tensor([[1], [3], [6]])                    # finish after 1, 3 and 6 tokens
+    prompt = torch.tensor([[1], [3], [6]])  # finish after 1, 3 and 6 tokens
     out = generate(ScriptedLM(), prompt=prompt, max_new_tokens=10, use_cache=False, pad_id=PAD_ID)
-    assert out.tolist() == [[EOS_ID] + [PAD_ID] * 5,          # PAD after its EOS, never a 5
-                            [5, 5, EOS_ID] + [PAD_ID] * 3,
-                            [5, 5, 5, 5, 5, EOS_ID]]           # the batch stops when the last row ends
-    for b in range(3):                                        # each row as if it were alone
-        alone = generate(ScriptedLM(), prompt=prompt[b:b + 1], max_new_tokens=10, use_cache=False)[0].tolist()
+    assert out.tolist() == [
+        [EOS_ID] + [PAD_ID] * 5,  # PAD after its EOS, never a 5
+        [5, 5, EOS_ID] + [PAD_ID] * 3,
+        [5, 5, 5, 5, 5, EOS_ID],
+    ]  # the batch stops when the last row ends
+    for b in range(3):  # each row as if it were alone
+        alone = generate(ScriptedLM(), prompt=prompt[b : b + 1], max_new_tokens=10, use_cache=False)[0].tolist()
         assert alone == [t for t in out[b].tolist() if t != PAD_ID]
 
 
@@ -309,18 +340,21 @@ def test_top_p_sampling_checks_the_logits_for_nan_once(monkeypatch):
     monkeypatch.setattr(torch, "isnan", lambda t: calls.append(1) or real_isnan(t))
     probs = decoding.next_token_distribution(torch.randn(2, 7), temperature=0.8, top_p=0.9)
     assert len(calls) == 1 and torch.allclose(probs.sum(-1), torch.ones(2))
-    decoding.next_token_distribution(torch.randn(2, 7), temperature=0.8)       # no top-p: checked here
+    decoding.next_token_distribution(torch.randn(2, 7), temperature=0.8)  # no top-p: checked here
     assert len(calls) == 2
     with pytest.raises(ValueError, match="logits hold NaN"):
         decoding.next_token_distribution(torch.tensor([[0.0, float("nan")]]), temperature=1.0, top_p=0.5)
 
 
-@pytest.mark.parametrize("settings, message", [
-    (dict(temperature=-1.0), "generate: temperature must be a finite real >= 0, got -1.0"),
-    (dict(temperature=1.0, top_k=0), "generate: top_k must be a positive int, got 0"),
-    (dict(temperature=0.0, top_k=0), "generate: top_k must be a positive int, got 0"),       # refused, not ignored
-    (dict(temperature=0.0, top_p=1.5), r"generate: top_p must lie in \(0, 1\], got 1.5"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(temperature=-1.0), "generate: temperature must be a finite real >= 0, got -1.0"),
+        (dict(temperature=1.0, top_k=0), "generate: top_k must be a positive int, got 0"),
+        (dict(temperature=0.0, top_k=0), "generate: top_k must be a positive int, got 0"),  # refused, not ignored
+        (dict(temperature=0.0, top_p=1.5), r"generate: top_p must lie in \(0, 1\], got 1.5"),
+    ],
+)
 def test_generate_checks_its_sampling_settings_before_it_runs_the_model(settings, message):
     class Untouchable(ScriptedLM):
         def forward(self, tokens):
@@ -337,10 +371,18 @@ def test_generate_checks_the_sampling_settings_once_not_at_every_step(monkeypatc
 
     seen = []
     real = checks.finite_real
-    monkeypatch.setattr(checks, "finite_real", lambda where, name, *a, **k: seen.append((where, name)) or real(
-        where, name, *a, **k))
-    out = generate(ScriptedLM(), prompt=torch.tensor([[7]]), max_new_tokens=5, use_cache=False, temperature=0.5,
-                   top_k=3, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(
+        checks, "finite_real", lambda where, name, *a, **k: seen.append((where, name)) or real(where, name, *a, **k)
+    )
+    out = generate(
+        ScriptedLM(),
+        prompt=torch.tensor([[7]]),
+        max_new_tokens=5,
+        use_cache=False,
+        temperature=0.5,
+        top_k=3,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert out.shape == (1, 5) and seen == [("generate", "temperature")]
     seen.clear()
     next_token_distribution(torch.zeros(2, 4), temperature=0.5)
@@ -365,7 +407,7 @@ def test_a_bad_prompt_is_named_by_the_function_called(search, options):
 
 # ----------------------------------------------------------------------------- a shrinking beam
 
-A, B, C = 4, 5, 6                                             # three words; EOS_ID = 2
+A, B, C = 4, 5, 6  # three words; EOS_ID = 2
 
 
 class TableLM(torch.nn.Module):
@@ -373,10 +415,12 @@ class TableLM(torch.nn.Module):
     written after the one-token prompt; unlisted tokens get probability 0 (logit -inf), unlisted
     prefixes end at once. Logits are log-probabilities, so the scores can be worked out by hand."""
 
-    TABLE = {(): {A: 0.5, EOS_ID: 0.4, B: 0.1},
-             (A,): {C: 0.75, EOS_ID: 0.25},
-             (B,): {EOS_ID: 0.6, C: 0.4},
-             (A, C): {EOS_ID: 0.9, C: 0.1}}
+    TABLE = {
+        (): {A: 0.5, EOS_ID: 0.4, B: 0.1},
+        (A,): {C: 0.75, EOS_ID: 0.25},
+        (B,): {EOS_ID: 0.6, C: 0.4},
+        (A, C): {EOS_ID: 0.9, C: 0.1},
+    }
 
     def forward(self, tokens):
         batch, n = tokens.shape
@@ -409,22 +453,28 @@ def test_fixed_and_shrinking_beams_by_hand():
     assert [score for _, score in fixed] == pytest.approx([math.log(0.4), math.log(0.125), math.log(0.06)], abs=1e-6)
     assert [tokens for tokens, _ in shrunk] == [[EOS_ID], [A, C, EOS_ID]]
     assert [score for _, score in shrunk] == pytest.approx([math.log(0.4), math.log(0.3375)], abs=1e-6)
-    fixed_mean = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False,
-                             normalize="length")[0]
-    shrunk_mean = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False,
-                              normalize="length", shrink=True)[0]
+    fixed_mean = beam_search(
+        TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False, normalize="length"
+    )[0]
+    shrunk_mean = beam_search(
+        TableLM(), prompt=prompt, beam_size=2, max_new_tokens=6, use_cache=False, normalize="length", shrink=True
+    )[0]
     assert fixed_mean[0] == ([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6))
     assert shrunk_mean[0] == ([A, C, EOS_ID], pytest.approx(math.log(0.3375) / 3, abs=1e-6))
     # k = 3, shrink: step 1 takes a, EOS, b (two live); step 2 two slots: a c 0.375 (live), a EOS
     # 0.125 (finished); step 3 one slot: a c EOS. Exactly three.
     (three,) = beam_search(TableLM(), prompt=prompt, beam_size=3, max_new_tokens=6, use_cache=False, shrink=True)
-    assert three == [([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6)),
-                     ([A, C, EOS_ID], pytest.approx(math.log(0.3375), abs=1e-6)),
-                     ([A, EOS_ID], pytest.approx(math.log(0.125), abs=1e-6))]
+    assert three == [
+        ([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6)),
+        ([A, C, EOS_ID], pytest.approx(math.log(0.3375), abs=1e-6)),
+        ([A, EOS_ID], pytest.approx(math.log(0.125), abs=1e-6)),
+    ]
     # cut at two tokens, shrink: the live a c counts as finished in the last step's one slot
     (cut,) = beam_search(TableLM(), prompt=prompt, beam_size=2, max_new_tokens=2, use_cache=False, shrink=True)
-    assert cut == [([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6)),
-                   ([A, C], pytest.approx(math.log(0.375), abs=1e-6))]
+    assert cut == [
+        ([EOS_ID], pytest.approx(math.log(0.4), abs=1e-6)),
+        ([A, C], pytest.approx(math.log(0.375), abs=1e-6)),
+    ]
 
 
 def test_a_shrinking_beam_of_one_is_greedy(transformer):
@@ -432,11 +482,12 @@ def test_a_shrinking_beam_of_one_is_greedy(transformer):
     fixed = beam_search(transformer, src=SRC, beam_size=1, max_new_tokens=10)
     for b, hyps in enumerate(beam_search(transformer, src=SRC, beam_size=1, max_new_tokens=10, shrink=True)):
         row = greedy[b].tolist()
-        assert len(hyps) == 1 and hyps == fixed[b]                  # one slot: the two variants agree
-        assert hyps[0][0] == (row[:row.index(EOS_ID) + 1] if EOS_ID in row else row)
-    (hyps,) = beam_search(TableLM(), prompt=torch.tensor([[SOS_ID]]), beam_size=1, max_new_tokens=6, use_cache=False,
-                          shrink=True)
-    assert hyps == [([A, C, EOS_ID], pytest.approx(math.log(0.3375), abs=1e-6))]   # greedy: a, c, EOS
+        assert len(hyps) == 1 and hyps == fixed[b]  # one slot: the two variants agree
+        assert hyps[0][0] == (row[: row.index(EOS_ID) + 1] if EOS_ID in row else row)
+    (hyps,) = beam_search(
+        TableLM(), prompt=torch.tensor([[SOS_ID]]), beam_size=1, max_new_tokens=6, use_cache=False, shrink=True
+    )
+    assert hyps == [([A, C, EOS_ID], pytest.approx(math.log(0.3375), abs=1e-6))]  # greedy: a, c, EOS
 
 
 def test_a_shrinking_beam_finishes_exactly_k_hypotheses(transformer):
@@ -452,19 +503,21 @@ def test_a_shrinking_beam_finishes_exactly_k_hypotheses(transformer):
                     ended += 1
                 else:
                     cut += 1
-    assert ended > 0 and cut > 0                                  # both cases were exercised
+    assert ended > 0 and cut > 0  # both cases were exercised
 
 
 def test_a_shrinking_beam_batches_and_caches_like_one_element_at_a_time(transformer, gpt):
     for normalize in (None, "length"):
         together = beam_search(transformer, src=SRC, beam_size=3, max_new_tokens=10, normalize=normalize, shrink=True)
-        recomputed = beam_search(transformer, src=SRC, beam_size=3, max_new_tokens=10, normalize=normalize, shrink=True,
-                                 use_cache=False)
+        recomputed = beam_search(
+            transformer, src=SRC, beam_size=3, max_new_tokens=10, normalize=normalize, shrink=True, use_cache=False
+        )
         assert [[h[0] for h in x] for x in together] == [[h[0] for h in x] for x in recomputed]
         for b in range(SRC.shape[0]):
-            src = SRC[b:b + 1, :int((SRC[b] != PAD_ID).sum())]
-            alone = beam_search(transformer, src=src, beam_size=3, max_new_tokens=10, normalize=normalize,
-                                shrink=True)[0]
+            src = SRC[b : b + 1, : int((SRC[b] != PAD_ID).sum())]
+            alone = beam_search(transformer, src=src, beam_size=3, max_new_tokens=10, normalize=normalize, shrink=True)[
+                0
+            ]
             assert [h[0] for h in alone] == [h[0] for h in together[b]]
             assert [h[1] for h in alone] == pytest.approx([h[1] for h in together[b]], abs=1e-4)
     prompt = torch.tensor([[3, 4, 5], [6, 7, 8]])

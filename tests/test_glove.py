@@ -47,8 +47,10 @@ def test_glove_weight_rejects_bad_parameters(kwargs, match):
 
 def _random_parameters(n_words=7, dim=3, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=g, dtype=torch.float64)
-            for shape in ((n_words, dim), (n_words, dim), (n_words,), (n_words,))]
+    return [
+        torch.randn(shape, generator=g, dtype=torch.float64)
+        for shape in ((n_words, dim), (n_words, dim), (n_words,), (n_words,))
+    ]
 
 
 def test_glove_loss_equals_a_loop():
@@ -68,8 +70,10 @@ def test_glove_loss_equals_a_loop():
     assert (half + other).item() == pytest.approx(expected, rel=1e-12)
     # x_max and alpha are passed on to f
     custom = glove_loss(w, wt, b, bt, rows, cols, counts, x_max=5.0, alpha=0.5)
-    manual = sum(_f(x, 5.0, 0.5) * (torch.dot(w[i], wt[j]) + b[i] + bt[j] - math.log(x)).item() ** 2
-                 for i, j, x in zip(rows.tolist(), cols.tolist(), counts.tolist()))
+    manual = sum(
+        _f(x, 5.0, 0.5) * (torch.dot(w[i], wt[j]) + b[i] + bt[j] - math.log(x)).item() ** 2
+        for i, j, x in zip(rows.tolist(), cols.tolist(), counts.tolist())
+    )
     assert custom.item() == pytest.approx(manual, rel=1e-12)
 
 
@@ -94,11 +98,26 @@ def test_glove_loss_rejects_non_positive_counts():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value", [
-    ("dim", 0), ("dim", 2.5), ("dim", True), ("epochs", 0), ("batch_size", -1), ("batch_size", 1.0),
-    ("x_max", 0.0), ("x_max", math.inf), ("alpha", -0.75), ("alpha", math.nan), ("lr", 0.0), ("lr", "0.1"),
-    ("optimizer", "sgd"), ("seed", 1.5), ("seed", None),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("dim", 0),
+        ("dim", 2.5),
+        ("dim", True),
+        ("epochs", 0),
+        ("batch_size", -1),
+        ("batch_size", 1.0),
+        ("x_max", 0.0),
+        ("x_max", math.inf),
+        ("alpha", -0.75),
+        ("alpha", math.nan),
+        ("lr", 0.0),
+        ("lr", "0.1"),
+        ("optimizer", "sgd"),
+        ("seed", 1.5),
+        ("seed", None),
+    ],
+)
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):
         GloVeConfig(**{field: value})
@@ -107,7 +126,13 @@ def test_config_rejects_bad_values(field, value):
 def test_config_defaults_are_the_papers():
     config = GloVeConfig()
     assert (config.dim, config.x_max, config.alpha, config.epochs, config.lr, config.optimizer) == (
-        100, 100.0, 0.75, 25, 0.05, "adagrad")
+        100,
+        100.0,
+        0.75,
+        25,
+        0.05,
+        "adagrad",
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -133,8 +158,9 @@ def _replay(dense, config):
     log_x = torch.log(x).float()
     n, d = dense.shape[0], config.dim
     g = torch.Generator().manual_seed(config.seed)
-    params = [((torch.rand(shape, generator=g) - 0.5) / d).requires_grad_(True)
-              for shape in ((n, d), (n, d), (n,), (n,))]
+    params = [
+        ((torch.rand(shape, generator=g) - 0.5) / d).requires_grad_(True) for shape in ((n, d), (n, d), (n,), (n,))
+    ]
     w, wt, b, bt = params
     if config.optimizer == "adagrad":
         optimizer = torch.optim.Adagrad(params, lr=config.lr)
@@ -145,7 +171,7 @@ def _replay(dense, config):
         order = torch.randperm(len(x), generator=g)
         total = 0.0
         for first in range(0, len(x), config.batch_size):
-            o = order[first:first + config.batch_size]
+            o = order[first : first + config.batch_size]
             i, j = rows[o], cols[o]
             residual = (w[i] * wt[j]).sum(1) + b[i] + bt[j] - log_x[o]
             loss = (f[o] * residual**2).sum()
@@ -161,7 +187,9 @@ def _replay(dense, config):
     return [p.detach().numpy() for p in params], losses
 
 
-@pytest.mark.parametrize("optimizer, lr, batch_size", [("adagrad", 0.05, 16), ("adagrad", 0.2, 1000), ("adam", 0.02, 10)])
+@pytest.mark.parametrize(
+    "optimizer, lr, batch_size", [("adagrad", 0.05, 16), ("adagrad", 0.2, 1000), ("adam", 0.02, 10)]
+)
 def test_training_equals_autograd_and_torch_optim_replay(one_thread, optimizer, lr, batch_size):
     dense = _small_counts()
     config = GloVeConfig(dim=4, epochs=4, lr=lr, optimizer=optimizer, batch_size=batch_size, seed=3)
@@ -193,8 +221,11 @@ def test_exactly_low_rank_log_counts_are_fitted(one_thread):
     """log X = W* W~*^T + b* + b~* (rank 3) on the observed entries: GloVe fits them to near zero loss."""
     rng = np.random.default_rng(0)
     n, rank = 30, 3
-    log_x = (rng.normal(size=(n, rank)) @ rng.normal(size=(rank, n)) * 0.5
-             + rng.uniform(1, 3, n)[:, None] + rng.uniform(1, 3, n)[None, :])
+    log_x = (
+        rng.normal(size=(n, rank)) @ rng.normal(size=(rank, n)) * 0.5
+        + rng.uniform(1, 3, n)[:, None]
+        + rng.uniform(1, 3, n)[None, :]
+    )
     observed = rng.random((n, n)) < 0.6
     counts = np.where(observed, np.exp(log_x), 0.0)
     f = np.array([[_f(x) for x in row] for row in counts])[observed]
@@ -213,8 +244,9 @@ def test_seeded_runs_are_identical_bit_for_bit(one_thread):
     first, second = train_glove(counts, config, progress=False), train_glove(counts, config, progress=False)
     for name in ("w", "w_tilde", "b", "b_tilde", "losses"):
         np.testing.assert_array_equal(getattr(first, name), getattr(second, name))
-    other = train_glove(counts, GloVeConfig(dim=6, epochs=3, batch_size=64, optimizer="adam", lr=0.01, seed=1),
-                        progress=False)
+    other = train_glove(
+        counts, GloVeConfig(dim=6, epochs=3, batch_size=64, optimizer="adam", lr=0.01, seed=1), progress=False
+    )
     assert not np.array_equal(first.w, other.w)
 
 
@@ -223,8 +255,13 @@ def test_dense_input_and_duplicate_entries_mean_the_same_matrix(one_thread):
     config = GloVeConfig(dim=3, epochs=2, batch_size=16)
     reference = train_glove(sp.csr_matrix(dense), config, progress=False)
     coo = sp.coo_matrix(dense)
-    split = sp.coo_matrix((np.concatenate([coo.data / 2, coo.data / 2]),  # every count in two halves
-                           (np.concatenate([coo.row, coo.row]), np.concatenate([coo.col, coo.col]))), shape=dense.shape)
+    split = sp.coo_matrix(
+        (
+            np.concatenate([coo.data / 2, coo.data / 2]),  # every count in two halves
+            (np.concatenate([coo.row, coo.row]), np.concatenate([coo.col, coo.col])),
+        ),
+        shape=dense.shape,
+    )
     for same in (dense, split, sp.csc_matrix(dense)):
         np.testing.assert_array_equal(train_glove(same, config, progress=False).w, reference.w)
     assert split.nnz == 2 * coo.nnz  # the caller's matrix is left as it was
@@ -251,15 +288,18 @@ def _with(value, at=(0, 1)):
     return sp.csr_matrix(dense)
 
 
-@pytest.mark.parametrize("counts, match", [
-    (_with(-2.0), "non-negative"),
-    (_with(np.nan), "NaN"),
-    (_with(np.inf), "infinite"),
-    (sp.csr_matrix((5, 5)), "no non-zero entry"),
-    (sp.csr_matrix(np.ones((3, 4))), "square"),
-    (np.ones(4), "2-D"),
-    (np.ones((2, 2, 2)), "2-D"),
-])
+@pytest.mark.parametrize(
+    "counts, match",
+    [
+        (_with(-2.0), "non-negative"),
+        (_with(np.nan), "NaN"),
+        (_with(np.inf), "infinite"),
+        (sp.csr_matrix((5, 5)), "no non-zero entry"),
+        (sp.csr_matrix(np.ones((3, 4))), "square"),
+        (np.ones(4), "2-D"),
+        (np.ones((2, 2, 2)), "2-D"),
+    ],
+)
 def test_bad_counts_raise(counts, match):
     with pytest.raises(ValueError, match=match):
         train_glove(counts, GloVeConfig(dim=2, epochs=1), progress=False)

@@ -70,7 +70,7 @@ def test_it_learns_a_repeating_pattern():
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(150):
         start = torch.randint(0, 16, (8,))
-        windows = torch.stack([pattern[s:s + 12] for s in start])
+        windows = torch.stack([pattern[s : s + 12] for s in start])
         loss = F.cross_entropy(model(windows[:, :-1]).reshape(-1, 11), windows[:, 1:].reshape(-1))
         optimizer.zero_grad()
         loss.backward()
@@ -98,6 +98,7 @@ def test_bad_input_and_config():
 
 # ---- positions ------------------------------------------------------------------------------------
 
+
 def test_positions_default_to_gpt2s_learned_table():
     model = small()
     assert model.config.position == "learned" and isinstance(model.positional, LearnedPositionalEmbedding)
@@ -109,9 +110,16 @@ def test_sinusoidal_positions_add_the_fixed_table():
     assert isinstance(model.positional, SinusoidalPositionalEncoding)
     assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
     tokens = torch.randint(0, 11, (2, 6))
-    table = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0
-                           else math.cos(p / 10000 ** (2 * (j // 2) / 16)) for j in range(16)] for p in range(6)],
-                         dtype=torch.float64)
+    table = torch.tensor(
+        [
+            [
+                math.sin(p / 10000 ** (2 * (j // 2) / 16)) if j % 2 == 0 else math.cos(p / 10000 ** (2 * (j // 2) / 16))
+                for j in range(16)
+            ]
+            for p in range(6)
+        ],
+        dtype=torch.float64,
+    )
     x = model.embedding.weight[tokens] + table
     expected = model.output(model.blocks(x, model.causal[None, :6, :6]))
     torch.testing.assert_close(model(tokens), expected)
@@ -123,11 +131,11 @@ def test_alibi_positions_bias_every_layers_scores_causally():
     assert not any(name.startswith("positional.") for name, _ in model.named_parameters())
     n = 7
     tokens = torch.randint(0, 11, (2, n))
-    slopes = torch.tensor([2.0 ** -4, 2.0 ** -8], dtype=torch.float64)      # 2 heads: 2^(-8k/2)
+    slopes = torch.tensor([2.0**-4, 2.0**-8], dtype=torch.float64)  # 2 heads: 2^(-8k/2)
     assert torch.equal(alibi_slopes(2), slopes)
-    distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).clamp_min(0).double()   # i - j for j <= i
-    bias = -slopes[:, None, None] * distance                                # (h, n, n)
-    x = model.embedding.weight[tokens]                                      # no position vector
+    distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).clamp_min(0).double()  # i - j for j <= i
+    bias = -slopes[:, None, None] * distance  # (h, n, n)
+    x = model.embedding.weight[tokens]  # no position vector
     expected = model.output(model.blocks(x, model.causal[None, :n, :n], bias=bias))
     torch.testing.assert_close(model(tokens), expected)
     logits, weights = model.attention_weights(tokens)
@@ -144,17 +152,23 @@ def test_cached_decoding_equals_the_full_pass_for_every_position(position):
         logits, caches = model.decode_step(tokens[:, :5])
         steps = [logits]
         for t in range(5, 12):
-            logits, caches = model.decode_step(tokens[:, t:t + 1], caches)
+            logits, caches = model.decode_step(tokens[:, t : t + 1], caches)
             steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
 
 
 def test_rotary_and_unknown_positions_are_refused_by_name():
-    with pytest.raises(ValueError, match=r"^GPT: position 'rotary' rotates the queries and keys, which GPT does not "
-                                         r"take; choose 'learned', 'sinusoidal' or 'alibi'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^GPT: position 'rotary' rotates the queries and keys, which GPT does not "
+        r"take; choose 'learned', 'sinusoidal' or 'alibi'$",
+    ):
         small(position="rotary")
-    with pytest.raises(ValueError, match=r"^GPT: unknown position 'rope'; GPT takes 'learned', 'sinusoidal' or "
-                                         r"'alibi'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^GPT: unknown position 'rope'; GPT takes 'learned', 'sinusoidal' or "
+        r"'alibi'$",
+    ):
         small(position="rope")
 
 
@@ -168,8 +182,9 @@ class GPTBeforeTheFactory(GPT):
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.positional = LearnedPositionalEmbedding(c.context, c.d_model, c.dropout)
-        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=True,
-                              activation=c.activation)
+        self.blocks = Encoder(
+            c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=True, activation=c.activation
+        )
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_output:
             self.output.weight = self.embedding.weight
@@ -186,10 +201,10 @@ def test_a_seeded_gpt_has_the_weights_and_outputs_it_had_before_the_factory():
     before = GPTBeforeTheFactory(config)
     torch.manual_seed(0)
     now = GPT(config)
-    assert list(before.state_dict()) == list(now.state_dict())           # the same keys, in the same order
+    assert list(before.state_dict()) == list(now.state_dict())  # the same keys, in the same order
     assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), now.state_dict().values()))
     tokens = torch.randint(0, 11, (3, 10), generator=torch.Generator().manual_seed(2))
-    for train in (True, False):                                          # dropout drawn from one seed, and none
+    for train in (True, False):  # dropout drawn from one seed, and none
         outputs = []
         for model in (before, now):
             torch.manual_seed(1)

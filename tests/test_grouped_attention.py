@@ -28,8 +28,9 @@ def rotate(x, positions, base=10000.0):
     """RoPE by hand: feature pairs (2i, 2i+1) as complex numbers times exp(i * pos * base^(-2i/d))."""
     d = x.shape[-1]
     theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    turn = torch.polar(torch.ones(len(positions), d // 2, dtype=torch.float64),
-                       positions.to(torch.float64)[:, None] * theta)
+    turn = torch.polar(
+        torch.ones(len(positions), d // 2, dtype=torch.float64), positions.to(torch.float64)[:, None] * theta
+    )
     pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], d // 2, 2).contiguous())
     return torch.view_as_real(pairs * turn).reshape(x.shape)
 
@@ -41,12 +42,12 @@ def loop_reference(module, x, *, rotary, mask=None):
     heads, all_weights = [], []
     for i in range(module.n_heads):
         j = i // group
-        q = x @ module.w_q.weight[i * d_k:(i + 1) * d_k].T              # (B, n, d_k)
-        k = x @ module.w_k.weight[j * d_k:(j + 1) * d_k].T
-        v = x @ module.w_v.weight[j * d_k:(j + 1) * d_k].T
+        q = x @ module.w_q.weight[i * d_k : (i + 1) * d_k].T  # (B, n, d_k)
+        k = x @ module.w_k.weight[j * d_k : (j + 1) * d_k].T
+        v = x @ module.w_v.weight[j * d_k : (j + 1) * d_k].T
         if rotary:
             q, k = rotate(q, positions), rotate(k, positions)
-        scores = q @ k.transpose(1, 2) / math.sqrt(d_k)                  # (B, n, n)
+        scores = q @ k.transpose(1, 2) / math.sqrt(d_k)  # (B, n, n)
         excluded = torch.ones(n, n, dtype=torch.bool).triu(1)
         if mask is not None:
             excluded = excluded | mask
@@ -81,7 +82,7 @@ def test_equals_a_loop_over_heads_that_shares_key_value_heads(n_kv_heads, rotary
     x = torch.randn(3, 9, D, dtype=torch.float64)
     expected, expected_weights = loop_reference(module, x, rotary=rotary)
     torch.testing.assert_close(module(x), expected, rtol=0, atol=1e-12)  # fused path
-    out, weights = module(x, need_weights=True)                         # explicit path
+    out, weights = module(x, need_weights=True)  # explicit path
     assert weights.shape == (3, H, 9, 9)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(weights, expected_weights, rtol=0, atol=1e-12)
@@ -129,9 +130,9 @@ def test_decoding_with_the_cache_equals_the_full_forward(n_kv_heads):
     x = torch.randn(2, 9, D, dtype=torch.float64)
     full = module(x)
     cache = KVCache()
-    steps = [module(x[:, :4], cache=cache)]   # the prompt, causal within itself
-    for t in range(4, 9):                      # then one position at a time, at positions 4 .. 8
-        steps.append(module(x[:, t:t + 1], cache=cache))
+    steps = [module(x[:, :4], cache=cache)]  # the prompt, causal within itself
+    for t in range(4, 9):  # then one position at a time, at positions 4 .. 8
+        steps.append(module(x[:, t : t + 1], cache=cache))
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)
     # the cache holds the g key/value heads (rotated), not h
     assert cache.k.shape == cache.v.shape == (2, n_kv_heads, 9, D // H)

@@ -37,8 +37,7 @@ def small_task(**changes):
 
 def small_gpt(task, **changes):
     torch.manual_seed(0)
-    config = dict(vocab_size=task.vocab_size, context=task.length - 1, d_model=16, n_heads=2, n_layers=2,
-                  dropout=0.0)
+    config = dict(vocab_size=task.vocab_size, context=task.length - 1, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
     return GPT(GPTConfig(**{**config, **changes}))
 
 
@@ -60,6 +59,7 @@ def consistent_with(assignment, rows):
 
 # ---- the task's vocabulary ------------------------------------------------------------------------
 
+
 def test_vocabulary_layout_bos_then_items_group_by_group_then_labels():
     task = InContextTask(n_groups=2, items_per_group=3, n_labels=4, n_pairs=7)
     # by hand: 0 = [BOS]; 1, 2, 3 group 0; 4, 5, 6 group 1; 7 .. 10 labels
@@ -80,16 +80,17 @@ def test_group_of_keeps_the_shape_and_matches_a_loop_for_three_groups():
 
 # ---- the split of the assignments ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("groups, labels, held_out", [(2, 6, 0.2), (2, 16, 0.2), (3, 5, 0.3), (3, 7, 0.25)])
 def test_train_and_test_assignments_partition_every_ordered_assignment(groups, labels, held_out):
     task = InContextTask(n_groups=groups, n_labels=labels, held_out=held_out, items_per_group=2)
     train = [tuple(row) for row in task.assignments("train").tolist()]
     test = [tuple(row) for row in task.assignments("test").tolist()]
     every = set(itertools.permutations(range(labels), groups))
-    assert len(train) == len(set(train)) and len(test) == len(set(test))      # no row twice
-    assert not set(train) & set(test)                                          # disjoint
+    assert len(train) == len(set(train)) and len(test) == len(set(test))  # no row twice
+    assert not set(train) & set(test)  # disjoint
     assert len(train) + len(test) == len(every) and set(train) | set(test) == every
-    assert all(len(set(row)) == groups for row in train + test)                # distinct labels per row
+    assert all(len(set(row)) == groups for row in train + test)  # distinct labels per row
     assert task.assignments("train").shape == (len(train), groups)
 
 
@@ -105,15 +106,17 @@ def test_every_label_is_equally_frequent_for_every_group_in_each_split(groups, l
             assert set(counts.values()) == {len(rows) // labels}, (split, g, counts)
 
 
-@pytest.mark.parametrize("groups, labels, held_out", [(2, 16, 0.2), (2, 11, 0.5), (3, 8, 0.3), (3, 6, 0.1), (2, 4, 0.1)])
+@pytest.mark.parametrize(
+    "groups, labels, held_out", [(2, 16, 0.2), (2, 11, 0.5), (3, 8, 0.3), (3, 6, 0.1), (2, 4, 0.1)]
+)
 def test_the_held_out_share_is_close_to_held_out(groups, labels, held_out):
     task = InContextTask(n_groups=groups, n_labels=labels, held_out=held_out, items_per_group=2)
     total = math.perm(labels, groups)
-    classes = total // labels                # assignments are held out by whole rotation classes
+    classes = total // labels  # assignments are held out by whole rotation classes
     share = len(task.assignments("test")) / total
-    if held_out * classes < 0.5:             # too few classes: still one held out
+    if held_out * classes < 0.5:  # too few classes: still one held out
         assert share == pytest.approx(1 / classes)
-    else:                                    # the nearest whole number of classes
+    else:  # the nearest whole number of classes
         assert abs(share - held_out) <= 0.5 / classes + 1e-12
 
 
@@ -127,11 +130,13 @@ def test_the_test_split_is_closed_under_rotating_the_labels():
 
 def test_the_split_depends_on_the_seed_only():
     def test_rows(**changes):
-        return {tuple(r) for r in InContextTask(**{**dict(n_labels=16, items_per_group=2), **changes})
-                .assignments("test").tolist()}
+        return {
+            tuple(r)
+            for r in InContextTask(**{**dict(n_labels=16, items_per_group=2), **changes}).assignments("test").tolist()
+        }
 
     assert test_rows(seed=3) == test_rows(seed=3)
-    assert test_rows(seed=3) == test_rows(seed=3, n_pairs=4, items_per_group=7)   # the split is of labels only
+    assert test_rows(seed=3) == test_rows(seed=3, n_pairs=4, items_per_group=7)  # the split is of labels only
     assert len({frozenset(test_rows(seed=s)) for s in range(5)}) > 1
 
 
@@ -144,19 +149,20 @@ def test_assignments_returns_a_copy():
 
 # ---- sequences and batches -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("split", SPLITS)
 def test_sample_builds_pairs_whose_labels_follow_the_assignment_of_the_split(split):
     task = InContextTask(n_groups=3, items_per_group=4, n_labels=5, n_pairs=6)
     tokens = task.sample(400, torch.Generator().manual_seed(0), split=split)
     assert tokens.shape == (400, 13) and tokens.dtype == torch.long
     assert (tokens[:, 0] == 0).all()
-    assert (task.group_of(tokens[:, 1::2]) >= 0).all()                        # items at odd positions
-    assert torch.isin(tokens[:, 2::2], task.label_ids).all()                   # labels at even positions
+    assert (task.group_of(tokens[:, 1::2]) >= 0).all()  # items at odd positions
+    assert torch.isin(tokens[:, 2::2], task.label_ids).all()  # labels at even positions
     rows = task.assignments(split).tolist()
     other = task.assignments("test" if split == "train" else "train").tolist()
     for sequence in tokens:
-        assignment = shown_assignment(task, sequence)                          # one label per group
-        assert len(set(assignment.values())) == len(assignment)               # groups differ
+        assignment = shown_assignment(task, sequence)  # one label per group
+        assert len(set(assignment.values())) == len(assignment)  # groups differ
         assert consistent_with(assignment, rows)
         if len(assignment) == 3:
             assert [assignment[g] for g in range(3)] in rows
@@ -166,8 +172,8 @@ def test_sample_builds_pairs_whose_labels_follow_the_assignment_of_the_split(spl
 def test_sample_draws_items_and_groups_broadly():
     task = InContextTask(n_groups=2, items_per_group=3, n_labels=4, n_pairs=8)
     tokens = task.sample(300, torch.Generator().manual_seed(1))
-    assert set(tokens[:, 1::2].unique().tolist()) == set(range(1, 7))        # every item word occurs
-    assert set(tokens[:, 2::2].unique().tolist()) == set(range(7, 11))       # every label word occurs
+    assert set(tokens[:, 1::2].unique().tolist()) == set(range(1, 7))  # every item word occurs
+    assert set(tokens[:, 2::2].unique().tolist()) == set(range(7, 11))  # every label word occurs
     share = (task.group_of(tokens[:, 1::2]) == 0).double().mean().item()
     assert abs(share - 0.5) < 4 * math.sqrt(0.25 / tokens[:, 1::2].numel())
 
@@ -181,7 +187,7 @@ def test_sample_is_deterministic_for_one_generator_state():
     assert not torch.equal(a, c)
     g = torch.Generator().manual_seed(5)
     first, second = task.sample(20, g), task.sample(20, g)
-    assert torch.equal(first, a) and not torch.equal(first, second)           # the generator advances
+    assert torch.equal(first, a) and not torch.equal(first, second)  # the generator advances
 
 
 def test_batch_shifts_by_one_and_targets_only_the_labels():
@@ -195,14 +201,14 @@ def test_batch_shifts_by_one_and_targets_only_the_labels():
     for b in range(7):
         for t in range(8):
             next_token = int(tokens[b, t + 1])
-            if task.group_of(torch.tensor(next_token)) >= 0:                  # the next token is an item
+            if task.group_of(torch.tensor(next_token)) >= 0:  # the next token is an item
                 assert y[b, t] == IGNORE_INDEX
             else:
                 assert y[b, t] == next_token
     for k in range(4):
-        assert torch.equal(y[:, 2 * k + 1], tokens[:, 2 * k + 2])           # the label of pair k
+        assert torch.equal(y[:, 2 * k + 1], tokens[:, 2 * k + 2])  # the label of pair k
     assert (y == IGNORE_INDEX).sum() == 7 * 4
-    assert torch.equal(tokens, task.sample(7, torch.Generator().manual_seed(0)))   # tokens untouched
+    assert torch.equal(tokens, task.sample(7, torch.Generator().manual_seed(0)))  # tokens untouched
 
 
 def test_in_context_batches_are_addressable_by_step_and_use_training_assignments_only():
@@ -227,19 +233,23 @@ def test_in_context_batches_are_addressable_by_step_and_use_training_assignments
 
 # ---- errors of the task ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(n_groups=0), "n_groups must be a positive int"),
-    (dict(n_groups=1), "n_groups must be at least 2"),
-    (dict(items_per_group=True), "items_per_group must be a positive int"),
-    (dict(n_labels=2.0), "n_labels must be a positive int"),
-    (dict(n_pairs=0), "n_pairs must be a positive int"),
-    (dict(n_groups=3, n_labels=2), "n_labels=2 cannot give 3 groups distinct labels"),
-    (dict(n_groups=5, n_labels=20), "too many"),
-    (dict(held_out=0.0), r"held_out must lie in \(0, 1\)"),
-    (dict(held_out=1.0), r"held_out must lie in \(0, 1\)"),
-    (dict(seed=-1), "seed must be a non-negative int"),
-    (dict(seed=False), "seed must be a non-negative int"),
-])
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(n_groups=0), "n_groups must be a positive int"),
+        (dict(n_groups=1), "n_groups must be at least 2"),
+        (dict(items_per_group=True), "items_per_group must be a positive int"),
+        (dict(n_labels=2.0), "n_labels must be a positive int"),
+        (dict(n_pairs=0), "n_pairs must be a positive int"),
+        (dict(n_groups=3, n_labels=2), "n_labels=2 cannot give 3 groups distinct labels"),
+        (dict(n_groups=5, n_labels=20), "too many"),
+        (dict(held_out=0.0), r"held_out must lie in \(0, 1\)"),
+        (dict(held_out=1.0), r"held_out must lie in \(0, 1\)"),
+        (dict(seed=-1), "seed must be a non-negative int"),
+        (dict(seed=False), "seed must be a non-negative int"),
+    ],
+)
 def test_bad_task_sizes_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         small_task(**changes)
@@ -260,7 +270,7 @@ def test_bad_splits_samples_and_batches_are_refused():
     with pytest.raises(ValueError, match=r"tokens must be \(B, 11\)"):
         task.batch(tokens[0])
     with pytest.raises(ValueError, match="held_out=0.9 of 3 rotation classes leaves none for training"):
-        InContextTask(n_groups=2, n_labels=4, held_out=0.9)                         # 3 classes, all held out
+        InContextTask(n_groups=2, n_labels=4, held_out=0.9)  # 3 classes, all held out
     with pytest.raises(ValueError, match="give 1 rotation class of assignments; at least 2"):
         InContextTask(n_groups=2, n_labels=2)
 
@@ -283,18 +293,19 @@ def test_bad_in_context_batches_are_refused():
 
 # ---- the ideal reader ------------------------------------------------------------------------------
 
+
 def simulate_ideal_reader(groups, labels, k, n, seed):
     """Accuracy of the ideal reader, by simulation: distinct labels per group, ``k`` demonstrations
     of uniform groups, a query of a uniform group; right when its group was shown, otherwise a
     uniform guess among the labels not shown."""
     g = torch.Generator().manual_seed(seed)
-    assignment = torch.rand(n, labels, generator=g).argsort(dim=1)[:, :groups]      # (n, G) distinct
+    assignment = torch.rand(n, labels, generator=g).argsort(dim=1)[:, :groups]  # (n, G) distinct
     demos = torch.randint(groups, (n, k), generator=g)
     query = torch.randint(groups, (n,), generator=g)
     seen = (demos == query[:, None]).any(dim=1)
     shown_labels = torch.zeros(n, labels, dtype=torch.bool)
     for j in range(k):
-        shown_labels[torch.arange(n), assignment.gather(1, demos[:, j:j + 1]).squeeze(1)] = True
+        shown_labels[torch.arange(n), assignment.gather(1, demos[:, j : j + 1]).squeeze(1)] = True
     scores = torch.rand(n, labels, generator=g).masked_fill(shown_labels, -1.0)
     guess = scores.argmax(dim=1)
     right = seen | (guess == assignment.gather(1, query[:, None]).squeeze(1))
@@ -311,7 +322,7 @@ def test_ideal_accuracy_for_two_groups_is_the_closed_form():
     # two groups: if the query's group was not shown (probability 1/2^k), the other one was (k >= 1)
     task = InContextTask(n_groups=2, n_labels=16, items_per_group=1)
     for k in range(1, 12):
-        assert ideal_accuracy(task, k) == pytest.approx(1 - 0.5 ** k + 0.5 ** k / 15, abs=1e-12)
+        assert ideal_accuracy(task, k) == pytest.approx(1 - 0.5**k + 0.5**k / 15, abs=1e-12)
 
 
 @pytest.mark.parametrize("groups, labels, k", [(3, 5, 2), (3, 4, 4), (4, 6, 3), (2, 5, 1)])
@@ -341,14 +352,18 @@ def test_ideal_accuracy_refuses_a_bad_k():
 
 # ---- accuracy and loss by demonstrations -----------------------------------------------------------
 
+
 class Oracle(GPT):
     """The ideal reader as a GPT: at an item it scores the label of the latest earlier item of the
     same group high; if there is none, all labels not yet shown equally (up to a tie-breaking
     noise of 1e-6), the labels shown lower, every other token far lower."""
 
     def __init__(self, task):
-        super().__init__(GPTConfig(vocab_size=task.vocab_size, context=task.length - 1, d_model=4, n_heads=1,
-                                   n_layers=1, dropout=0.0))
+        super().__init__(
+            GPTConfig(
+                vocab_size=task.vocab_size, context=task.length - 1, d_model=4, n_heads=1, n_layers=1, dropout=0.0
+            )
+        )
         self.task, self.modes, self.calls = task, [], 0
 
     def forward(self, tokens, need_weights=False):
@@ -359,9 +374,9 @@ class Oracle(GPT):
         self.calls += 1
         rows = torch.arange(B)
         logits = torch.full((B, n, task.vocab_size), -1e4)
-        last = torch.full((B, task.n_groups), -1)                         # the label each group showed
-        for t in range(1, n, 2):                                          # the items
-            if t >= 3:                                                    # the pair before: (t - 2, t - 1)
+        last = torch.full((B, task.n_groups), -1)  # the label each group showed
+        for t in range(1, n, 2):  # the items
+            if t >= 3:  # the pair before: (t - 2, t - 1)
                 last[rows, task.group_of(tokens[:, t - 2])] = tokens[:, t - 1] - first
             shown = torch.zeros(B, L, dtype=torch.bool)
             for g in range(task.n_groups):
@@ -370,7 +385,7 @@ class Oracle(GPT):
             scores = (torch.rand(B, L, generator=noise) * 1e-6).masked_fill(shown, -20.0)
             known = last[rows, task.group_of(tokens[:, t])]
             scores[rows[known >= 0], known[known >= 0]] = 20.0
-            logits[:, t, first:first + L] = scores
+            logits[:, t, first : first + L] = scores
         return logits
 
 
@@ -429,7 +444,7 @@ def test_an_untrained_gpt_gives_a_curve_of_shares_and_a_loss_near_log_vocabulary
     accuracy = accuracy_by_demonstrations(model, task, n=n)
     assert accuracy.shape == (task.n_pairs,)
     assert ((accuracy >= 0) & (accuracy <= 1)).all()
-    assert torch.allclose(accuracy * n, (accuracy * n).round(), atol=1e-9)     # counts out of n
+    assert torch.allclose(accuracy * n, (accuracy * n).round(), atol=1e-9)  # counts out of n
     loss = loss_by_demonstrations(model, task, n=n)
     assert loss.shape == (task.n_pairs,) and torch.isfinite(loss).all()
     # GPT-2's initialisation gives logits of scale ~0.02 * sqrt(d_model): nearly uniform
@@ -452,10 +467,11 @@ def test_measurements_refuse_a_model_or_n_that_does_not_fit():
         for n in (0, True, 2.5):
             with pytest.raises(ValueError, match="n must be a positive int"):
                 measure(small_gpt(task), task, n=n, **extra)
-    accuracy_by_demonstrations(small_gpt(task, context=task.length + 5), task, n=2)   # a longer context fits
+    accuracy_by_demonstrations(small_gpt(task, context=task.length + 5), task, n=2)  # a longer context fits
 
 
 # ---- label attention -------------------------------------------------------------------------------
+
 
 class FixedAttention(GPT):
     """A GPT whose attention weights are chosen: layer 0 puts every head on [BOS]; in layer 1
@@ -463,8 +479,11 @@ class FixedAttention(GPT):
     position before."""
 
     def __init__(self, task):
-        super().__init__(GPTConfig(vocab_size=task.vocab_size, context=task.length - 1, d_model=6, n_heads=3,
-                                   n_layers=2, dropout=0.0))
+        super().__init__(
+            GPTConfig(
+                vocab_size=task.vocab_size, context=task.length - 1, d_model=6, n_heads=3, n_layers=2, dropout=0.0
+            )
+        )
         self.seen, self.modes = [], []
 
     def forward(self, tokens):
@@ -495,7 +514,7 @@ def expected_shares(task, tokens):
         own = int(task.group_of(torch.tensor(sequence[query])))
         weights = [[1 / (query + 1)] * (query + 1), [1.0] + [0.0] * query, [0.0] * (query - 1) + [1.0, 0.0]]
         for j in range(query + 1):
-            if j > 0 and j % 2 == 0:                                       # a label: of its item's group
+            if j > 0 and j % 2 == 0:  # a label: of its item's group
                 group = int(task.group_of(torch.tensor(sequence[j - 1])))
                 name = "same group label" if group == own else "other group label"
             elif j % 2 == 1 and j != query and int(task.group_of(torch.tensor(sequence[j]))) == own:
@@ -520,8 +539,8 @@ def test_label_attention_sorts_controlled_weights_into_the_four_parts():
     for name in expected:
         assert shares[name].shape == (3,)
         torch.testing.assert_close(shares[name].double(), expected[name], rtol=0, atol=1e-6)
-    assert shares["other"][1].item() == pytest.approx(1.0)                    # [BOS] is "other"
-    assert 0 < shares["same group label"][2].item() < 1                       # the sample has both cases
+    assert shares["other"][1].item() == pytest.approx(1.0)  # [BOS] is "other"
+    assert 0 < shares["same group label"][2].item() < 1  # the sample has both cases
     on_bos = label_attention(model, task, 0, n=60)
     for name in expected:
         assert on_bos[name].tolist() == pytest.approx([1.0] * 3 if name == "other" else [0.0] * 3)
@@ -532,7 +551,7 @@ def test_label_attention_of_a_random_gpt_gives_shares_summing_to_one_per_head():
     model = small_gpt(task, n_heads=4)
     for layer in (0, 1):
         shares = label_attention(model, task, layer, n=30)
-        stacked = torch.stack(list(shares.values()))                          # (4 parts, heads)
+        stacked = torch.stack(list(shares.values()))  # (4 parts, heads)
         assert stacked.shape == (4, 4)
         assert ((stacked >= -1e-6) & (stacked <= 1 + 1e-6)).all()
         torch.testing.assert_close(stacked.sum(dim=0), torch.ones(4), rtol=0, atol=1e-5)
@@ -547,6 +566,7 @@ def test_label_attention_refuses_a_bad_layer():
 
 
 # ---- removing heads --------------------------------------------------------------------------------
+
 
 def attention_module(seed=0, d_model=12, n_heads=3):
     torch.manual_seed(seed)
@@ -563,10 +583,10 @@ def per_head_contributions(attention, x, mask=None):
     B, n, _ = x.shape
     output, weights = attention(x, x, x, mask, need_weights=True)
     h, d_k = attention.n_heads, attention.d_k
-    v = attention.w_v(x).view(B, n, h, d_k).transpose(1, 2)                 # (B, h, n, d_k)
+    v = attention.w_v(x).view(B, n, h, d_k).transpose(1, 2)  # (B, h, n, d_k)
     heads = weights @ v
     w_o = attention.w_o.weight
-    parts = torch.stack([heads[:, i] @ w_o[:, i * d_k:(i + 1) * d_k].T for i in range(h)])
+    parts = torch.stack([heads[:, i] @ w_o[:, i * d_k : (i + 1) * d_k].T for i in range(h)])
     return parts, output
 
 
@@ -574,10 +594,10 @@ def per_head_contributions(attention, x, mask=None):
 def test_a_removed_head_leaves_the_sum_of_the_other_heads(need_weights):
     attention = attention_module()
     x = torch.randn(2, 5, 12, dtype=torch.float64)
-    mask = torch.ones(5, 5, dtype=torch.bool).triu(1)[None]     # (1, n, n): shared by the batch
+    mask = torch.ones(5, 5, dtype=torch.bool).triu(1)[None]  # (1, n, n): shared by the batch
     with torch.no_grad():
         parts, output = per_head_contributions(attention, x, mask)
-        torch.testing.assert_close(parts.sum(dim=0) + attention.w_o.bias, output)   # the decomposition itself
+        torch.testing.assert_close(parts.sum(dim=0) + attention.w_o.bias, output)  # the decomposition itself
         for removed in ([1], [0, 2], (2,)):
             with heads_removed(attention, removed):
                 out, _ = attention(x, x, x, mask, need_weights=need_weights)
@@ -590,14 +610,14 @@ def test_removing_a_head_equals_zeroing_its_block_of_w_o_by_hand():
     attention = attention_module(seed=1, d_model=8, n_heads=4)
     by_hand = attention_module(seed=1, d_model=8, n_heads=4)
     with torch.no_grad():
-        by_hand.w_o.weight[:, 2:4] = 0.0                                      # head 1: columns d_k .. 2 d_k
+        by_hand.w_o.weight[:, 2:4] = 0.0  # head 1: columns d_k .. 2 d_k
     x = torch.randn(3, 4, 8, dtype=torch.float64)
     with torch.no_grad(), heads_removed(attention, [1]):
         out, weights = attention(x, x, x)
         expected, expected_weights = by_hand(x, x, x)
         assert torch.equal(attention.w_o.weight, by_hand.w_o.weight)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
-    torch.testing.assert_close(weights, expected_weights)                    # where heads look is unchanged
+    torch.testing.assert_close(weights, expected_weights)  # where heads look is unchanged
 
 
 def test_removing_every_head_leaves_the_output_bias():
@@ -613,7 +633,7 @@ def test_heads_removed_restores_the_weights_bit_for_bit():
     parameter = attention.w_o.weight
     before = parameter.detach().clone()
     others = {name: p.detach().clone() for name, p in attention.named_parameters()}
-    with heads_removed(attention, iter([2, 0, 2])):                          # any iterable, repeats allowed
+    with heads_removed(attention, iter([2, 0, 2])):  # any iterable, repeats allowed
         assert (parameter[:, 0:4] == 0).all() and (parameter[:, 8:12] == 0).all()
         assert torch.equal(parameter[:, 4:8], before[:, 4:8])
         assert torch.equal(attention.w_o.bias, others["w_o.bias"])
@@ -645,7 +665,7 @@ def test_heads_removed_refuses_bad_modules_and_heads():
     with pytest.raises(ValueError, match="expected a MultiHeadAttention, got Linear"):
         with heads_removed(nn.Linear(4, 4), [0]):
             pass
-    for heads in ([3], [-1], [0, 5], [True], [1.0], [1, True]):         # True is no head, even beside 1
+    for heads in ([3], [-1], [0, 5], [True], [1.0], [1, True]):  # True is no head, even beside 1
         with pytest.raises(ValueError, match=r"heads_removed: each head must be an int in \[0, 3\), got "):
             with heads_removed(attention, heads):
                 pass
@@ -653,6 +673,7 @@ def test_heads_removed_refuses_bad_modules_and_heads():
 
 
 # ---- attention weights of the GPT and the encoder --------------------------------------------------
+
 
 def test_gpt_returns_causal_attention_weights_per_layer_with_the_same_logits():
     task = small_task()
@@ -668,8 +689,8 @@ def test_gpt_returns_causal_attention_weights_per_layer_with_the_same_logits():
         assert w.shape == (3, 4, n, n)
         assert (w >= 0).all()
         torch.testing.assert_close(w.sum(dim=-1), torch.ones(3, 4, n))
-        assert (w.triu(1) == 0).all()                                         # no look at later positions
-        assert (w[..., 0, 0] == 1).all()                                      # the first sees only itself
+        assert (w.triu(1) == 0).all()  # no look at later positions
+        assert (w[..., 0, 0] == 1).all()  # the first sees only itself
     assert not torch.allclose(weights[0], weights[1])
 
 
@@ -677,19 +698,20 @@ def test_encoder_returns_its_weights_and_the_same_output():
     torch.manual_seed(0)
     encoder = Encoder(2, 16, 2, 32, 0.0, norm_first=True).eval()
     x = torch.randn(2, 6, 16)
-    mask = torch.tensor([[False] * 6, [False] * 4 + [True] * 2]).unsqueeze(1)   # (B, 1, m) padding
+    mask = torch.tensor([[False] * 6, [False] * 4 + [True] * 2]).unsqueeze(1)  # (B, 1, m) padding
     with torch.no_grad():
         plain = encoder(x, mask)
         out, weights = encoder(x, mask, need_weights=True)
     torch.testing.assert_close(out, plain, rtol=1e-5, atol=1e-5)
     assert len(weights) == 2 and all(w.shape == (2, 2, 6, 6) for w in weights)
     for w in weights:
-        assert (w[1, :, :, 4:] == 0).all()                                    # the padding gets nothing
+        assert (w[1, :, :, 4:] == 0).all()  # the padding gets nothing
         torch.testing.assert_close(w.sum(dim=-1), torch.ones(2, 2, 6))
-        assert (w[0].triu(1) > 0).any()                                       # not causal
+        assert (w[0].triu(1) > 0).any()  # not causal
 
 
 # ---- the language-model loss with ignored targets --------------------------------------------------
+
 
 class TableModel(nn.Module):
     """Logits read from a table: a bigram model."""
@@ -759,6 +781,7 @@ def test_language_model_loss_scores_one_position_per_pair_of_an_in_context_batch
 
 
 # ---- the head that reads a label's word, and the loss for fit -----------------------------------
+
 
 def test_previous_item_attention_reads_the_weight_from_each_label_to_its_word():
     task = small_task()

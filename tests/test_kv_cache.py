@@ -21,7 +21,7 @@ def test_cached_self_attention_equals_causal_attention_over_the_whole_sequence()
     full, _ = mha(x, x, x, causal_mask(6)[None])
     cache, steps = KVCache(), []
     for t in range(6):
-        out, _ = mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache)
+        out, _ = mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)
         steps.append(out)
     assert len(cache) == 6
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-12)
@@ -71,8 +71,18 @@ def test_positional_offset_adds_the_later_positions(module):
 
 def _transformer(norm_first=False):
     torch.manual_seed(2)
-    config = TransformerConfig(V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
-                               max_len=12, norm_first=norm_first, dropout=0.1)
+    config = TransformerConfig(
+        V,
+        V,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        max_len=12,
+        norm_first=norm_first,
+        dropout=0.1,
+    )
     return Transformer(config).double().eval()
 
 
@@ -83,10 +93,10 @@ def test_transformer_decode_step_equals_decode_over_the_prefix(norm_first):
     tgt = torch.tensor([[1, 5, 6, 7, 8, 9], [1, 10, 11, 12, 4, 5]])
     memory, src_mask = model.encode(src)
     full = model.decode(tgt, memory, src_mask)
-    states, caches = model.decode_step(tgt[:, :2], memory, src_mask)      # a prompt of two tokens
+    states, caches = model.decode_step(tgt[:, :2], memory, src_mask)  # a prompt of two tokens
     pieces = [states]
     for t in range(2, tgt.shape[1]):
-        states, caches = model.decode_step(tgt[:, t:t + 1], memory, src_mask, caches)
+        states, caches = model.decode_step(tgt[:, t : t + 1], memory, src_mask, caches)
         pieces.append(states)
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-10)
     with pytest.raises(ValueError, match="longer than max_len=12"):
@@ -96,7 +106,9 @@ def test_transformer_decode_step_equals_decode_over_the_prefix(norm_first):
 @pytest.mark.parametrize("attention", [None, "luong", "bahdanau"])
 def test_rnn_decode_step_equals_decode_over_the_prefix(attention):
     torch.manual_seed(3)
-    model = RNNSeq2Seq(RNNSeq2SeqConfig(V, V, d_embedding=6, d_hidden=8, n_layers=2, attention=attention)).double().eval()
+    model = (
+        RNNSeq2Seq(RNNSeq2SeqConfig(V, V, d_embedding=6, d_hidden=8, n_layers=2, attention=attention)).double().eval()
+    )
     src = torch.tensor([[4, 5, 6, 2], [7, 2, 0, 0]])
     tgt = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 10, 11, 12]])
     memory, src_mask = model.encode(src)
@@ -104,9 +116,9 @@ def test_rnn_decode_step_equals_decode_over_the_prefix(attention):
     out, state = model.decode_step(tgt[:, :1], memory, src_mask)
     pieces = [out]
     for t in range(1, tgt.shape[1]):
-        out, state = model.decode_step(tgt[:, t:t + 1], memory, src_mask, state)
+        out, state = model.decode_step(tgt[:, t : t + 1], memory, src_mask, state)
         pieces.append(out)
-    assert state.shape == (2, 2, 8)                       # batch first, for beam search
+    assert state.shape == (2, 2, 8)  # batch first, for beam search
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="state must have shape"):
         model.decode_step(tgt[:, :1], memory, src_mask, state[:, :1])
@@ -120,9 +132,9 @@ def test_gpt_decode_step_equals_forward():
     logits, caches = model.decode_step(tokens[:, :3])
     pieces = [logits]
     for t in range(3, 9):
-        logits, caches = model.decode_step(tokens[:, t:t + 1], caches)
+        logits, caches = model.decode_step(tokens[:, t : t + 1], caches)
         pieces.append(logits)
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-10)
-    model.decode_step(tokens[:, :1], caches)              # position 9 is the last one there is
+    model.decode_step(tokens[:, :1], caches)  # position 9 is the last one there is
     with pytest.raises(ValueError, match="exceed the context of 10"):
         model.decode_step(tokens[:, :1], caches)

@@ -22,13 +22,21 @@ from transformer_book.tokenizers.bytebpe import ByteLevelBPE
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
-          "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-TEXTS = ["Now, however, I must go back to my ship and to my crew.", "Ich muss zurück zu meinem Schiff.",
-         "def f(x):\n    return x ** 2  # 2024, 3.14159", "Emoji 🚢🌊 and naïve café", "<|im_start|>user\nHi<|im_end|>\n"]
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+    "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+TEXTS = [
+    "Now, however, I must go back to my ship and to my crew.",
+    "Ich muss zurück zu meinem Schiff.",
+    "def f(x):\n    return x ** 2  # 2024, 3.14159",
+    "Emoji 🚢🌊 and naïve café",
+    "<|im_start|>user\nHi<|im_end|>\n",
+]
 
 
 # ---------------------------------------------------------------------------------------------- quantization
+
 
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
 def test_quantization_round_trip_stays_within_half_a_step(kind):
@@ -54,9 +62,9 @@ def test_bits_per_weight_follow_from_the_block_layouts():
 
 def test_a_block_of_equal_weights_is_exact_and_q4_1_packs_low_then_high_nibbles():
     w = torch.full((1, 32), 0.375)
-    assert torch.equal(quantization.dequantize(quantization.quantize(w, "Q4_1"), "Q4_1", (1, 32)), w)     # d = 0, m = w
-    q8 = quantization.dequantize(quantization.quantize(w, "Q8_0"), "Q8_0", (1, 32))      # d = w / 127, in float16
-    assert torch.allclose(q8, w, rtol=2 ** -11, atol=0) and len(set(q8.flatten().tolist())) == 1
+    assert torch.equal(quantization.dequantize(quantization.quantize(w, "Q4_1"), "Q4_1", (1, 32)), w)  # d = 0, m = w
+    q8 = quantization.dequantize(quantization.quantize(w, "Q8_0"), "Q8_0", (1, 32))  # d = w / 127, in float16
+    assert torch.allclose(q8, w, rtol=2**-11, atol=0) and len(set(q8.flatten().tolist())) == 1
     # a block written by hand: d = 1, m = -8, q_j = j % 16 for j < 16 in the low nibbles, 15 - (j % 16) in the high
     d, m = np.float16(1.0).tobytes(), np.float16(-8.0).tobytes()
     packed = bytes((j % 16) | ((15 - j % 16) << 4) for j in range(16))
@@ -88,13 +96,15 @@ def test_dequantize_and_quantize_name_what_is_wrong():
 
 # ------------------------------------------------------------------------------------------- a tiny GGUF file
 
+
 def tiny_tokenizer() -> ByteLevelBPE:
     text = " ".join(TEXTS * 20) + " the ship, the crew, the sea; 0 1 2 3 4 5 6 7 8 9"
     return ByteLevelBPE.train([text], vocab_size=340, special_tokens=SPECIALS)
 
 
-def write_tiny_gguf(path: Path, *, drop: str | None = None, bad_shape: str | None = None,
-                    architecture: str = "llama") -> dict[str, torch.Tensor]:
+def write_tiny_gguf(
+    path: Path, *, drop: str | None = None, bad_shape: str | None = None, architecture: str = "llama"
+) -> dict[str, torch.Tensor]:
     """A LLaMA of 2 blocks, width 64, 4 query and 2 key/value heads, SwiGLU width 96, its matrices in Q4_1,
     the embedding in Q8_0, the norms in F32, with a byte-level BPE vocabulary and a ChatML template."""
     tokenizer = tiny_tokenizer()
@@ -103,11 +113,19 @@ def write_tiny_gguf(path: Path, *, drop: str | None = None, bad_shape: str | Non
     torch.manual_seed(0)
     weights = {"token_embd.weight": torch.randn(V, d) * 0.5, "output_norm.weight": 1 + 0.1 * torch.randn(d)}
     for i in range(n_layers):
-        weights.update({f"blk.{i}.attn_norm.weight": 1 + 0.1 * torch.randn(d),
-                        f"blk.{i}.attn_q.weight": torch.randn(d, d) / 8, f"blk.{i}.attn_k.weight": torch.randn(32, d) / 8,
-                        f"blk.{i}.attn_v.weight": torch.randn(32, d) / 8, f"blk.{i}.attn_output.weight": torch.randn(d, d) / 8,
-                        f"blk.{i}.ffn_norm.weight": 1 + 0.1 * torch.randn(d), f"blk.{i}.ffn_gate.weight": torch.randn(ff, d) / 8,
-                        f"blk.{i}.ffn_up.weight": torch.randn(ff, d) / 8, f"blk.{i}.ffn_down.weight": torch.randn(d, ff) / 10})
+        weights.update(
+            {
+                f"blk.{i}.attn_norm.weight": 1 + 0.1 * torch.randn(d),
+                f"blk.{i}.attn_q.weight": torch.randn(d, d) / 8,
+                f"blk.{i}.attn_k.weight": torch.randn(32, d) / 8,
+                f"blk.{i}.attn_v.weight": torch.randn(32, d) / 8,
+                f"blk.{i}.attn_output.weight": torch.randn(d, d) / 8,
+                f"blk.{i}.ffn_norm.weight": 1 + 0.1 * torch.randn(d),
+                f"blk.{i}.ffn_gate.weight": torch.randn(ff, d) / 8,
+                f"blk.{i}.ffn_up.weight": torch.randn(ff, d) / 8,
+                f"blk.{i}.ffn_down.weight": torch.randn(d, ff) / 10,
+            }
+        )
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_block_count(n_layers)
     writer.add_context_length(128)
@@ -152,8 +170,15 @@ def tiny_file(tmp_path_factory):
 def test_tiny_file_loads_into_modern_gpt_with_transformers_logits(tiny_file):
     loaded = language_model.load_gguf(tiny_file)
     c = loaded.model.config
-    assert (c.n_layers, c.d_model, c.n_heads, c.kv_heads, c.ff_width, c.rope_base, c.norm_eps) == \
-        (2, 64, 4, 2, 96, 100_000.0, pytest.approx(1e-5))
+    assert (c.n_layers, c.d_model, c.n_heads, c.kv_heads, c.ff_width, c.rope_base, c.norm_eps) == (
+        2,
+        64,
+        4,
+        2,
+        96,
+        100_000.0,
+        pytest.approx(1e-5),
+    )
     assert c.tie_output and loaded.model.output.weight is loaded.model.embedding.weight
     reference = transformers.LlamaForCausalLM.from_pretrained(tiny_file.parent, gguf_file=tiny_file.name).eval()
     tokens = torch.tensor([loaded.tokenizer.encode(TEXTS[0])])
@@ -171,15 +196,19 @@ def test_tiny_files_tokenizer_and_chat_template(tiny_file):
     tokens = list(file.metadata["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ")) for m in file.metadata["tokenizer.ggml.merges"]]
     reference = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
-    reference.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{N}"), "isolated"),
-                                                       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    reference.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\p{N}"), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     reference.decoder = decoders.ByteLevel()
     reference.add_special_tokens(SPECIALS)
     for text in TEXTS:
         assert loaded.tokenizer.encode(text) == reference.encode(text).ids
         assert loaded.tokenizer.decode(loaded.tokenizer.encode(text)) == text
     digits = loaded.tokenizer.tokens("in 2024")
-    assert digits[-4:] == ["2", "0", "2", "4"]                      # the smollm pre-tokenizer: one token per digit
+    assert digits[-4:] == ["2", "0", "2", "4"]  # the smollm pre-tokenizer: one token per digit
     prompt = loaded.chat_prompt([{"role": "user", "content": "Hi"}])
     assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert loaded.tokenizer.encode(prompt)[0] == loaded.tokenizer.vocab["<|im_start|>"]
@@ -189,7 +218,7 @@ def test_tiny_files_tokenizer_and_chat_template(tiny_file):
 
 def test_a_byte_the_vocabulary_lacks_is_named():
     bpe = tiny_tokenizer()
-    tokens = [t for t in bpe.vocab if t != "Ą"]                        # byte 0x04 ('Ą') removed
+    tokens = [t for t in bpe.vocab if t != "Ą"]  # byte 0x04 ('Ą') removed
     merges = [m for m in bpe.merges if "Ą" not in "".join(m)]
     pruned = ByteLevelBPE(merges, SPECIALS, tokens=tokens, pretokenizer="smollm")
     assert pruned.encode("ship") == [tokens.index(t) for t in pruned.tokens("ship")]
@@ -198,14 +227,22 @@ def test_a_byte_the_vocabulary_lacks_is_named():
     assert ByteLevelBPE.from_json(pruned.to_json()).encode("the crew, 2024") == pruned.encode("the crew, 2024")
 
 
-@pytest.mark.parametrize("fault, message", [("drop", "lacks 1 tensors, e.g. \\['blk.1.ffn_up.weight'\\]"),
-                                            ("shape", "blk.0.attn_q.weight has shape"),
-                                            ("architecture", "architecture 'gpt2'")])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ("drop", "lacks 1 tensors, e.g. \\['blk.1.ffn_up.weight'\\]"),
+        ("shape", "blk.0.attn_q.weight has shape"),
+        ("architecture", "architecture 'gpt2'"),
+    ],
+)
 def test_a_broken_file_is_refused_by_name(tmp_path, fault, message):
     path = tmp_path / "broken.gguf"
-    write_tiny_gguf(path, drop="blk.1.ffn_up.weight" if fault == "drop" else None,
-                    bad_shape="blk.0.attn_q.weight" if fault == "shape" else None,
-                    architecture="gpt2" if fault == "architecture" else "llama")
+    write_tiny_gguf(
+        path,
+        drop="blk.1.ffn_up.weight" if fault == "drop" else None,
+        bad_shape="blk.0.attn_q.weight" if fault == "shape" else None,
+        architecture="gpt2" if fault == "architecture" else "llama",
+    )
     with pytest.raises(pretrained.CheckpointError, match=message):
         language_model.load_gguf(path)
     (tmp_path / "not.gguf").write_bytes(b"not a gguf file at all")
@@ -221,6 +258,7 @@ def test_the_catalogue_pins_smollm2():
 
 
 # ------------------------------------------------------------------------------------------ the real file
+
 
 @pytest.fixture(scope="module")
 def smollm2():
@@ -248,8 +286,9 @@ def test_real_smollm2_every_tensor_dequantizes_as_gguf_does(smollm2):
 def test_real_smollm2_equals_transformers_and_its_tokenizer_equals_tokenizers(smollm2):
     loaded = language_model.load_gguf(smollm2)
     assert sum(p.numel() for p in loaded.model.parameters()) == 134_515_008
-    reference = transformers.LlamaForCausalLM.from_pretrained(smollm2.parent, gguf_file=smollm2.name,
-                                                              torch_dtype=torch.float32).eval()
+    reference = transformers.LlamaForCausalLM.from_pretrained(
+        smollm2.parent, gguf_file=smollm2.name, torch_dtype=torch.float32
+    ).eval()
     prompt = loaded.chat_prompt([{"role": "user", "content": "What is the capital of France?"}])
     tokens = torch.tensor([loaded.tokenizer.encode(prompt)])
     with torch.no_grad():
@@ -261,13 +300,17 @@ def test_real_smollm2_equals_transformers_and_its_tokenizer_equals_tokenizers(sm
     reference.generation_config.eos_token_id = None
     with torch.no_grad():
         theirs = reference.generate(tokens, max_new_tokens=64, do_sample=False, pad_token_id=0)
-    assert ours[0].tolist() == theirs[0, tokens.shape[1]:].tolist()          # 64 greedy tokens, the same
+    assert ours[0].tolist() == theirs[0, tokens.shape[1] :].tolist()  # 64 greedy tokens, the same
     file = language_model.read_gguf(smollm2)
     tokens_list = list(file.metadata["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ")) for m in file.metadata["tokenizer.ggml.merges"]]
     reference_tokenizer = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens_list)}, merges))
-    reference_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"\p{N}"), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    reference_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\p{N}"), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     reference_tokenizer.add_special_tokens([t for t in loaded.tokenizer.special_tokens])
     for text in TEXTS:
         assert loaded.tokenizer.encode(text) == reference_tokenizer.encode(text).ids
@@ -279,6 +322,6 @@ def test_a_cut_short_gguf_file_is_refused_by_name(tiny_file, tmp_path, keep):
     inside numpy's memory map, or loading weights past the end (issue 41)."""
     data = tiny_file.read_bytes()
     path = tmp_path / "cut.gguf"
-    path.write_bytes(data[:int(len(data) * keep)])
+    path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(pretrained.CheckpointError, match=re.escape(str(path))):
         language_model.load_gguf(path)

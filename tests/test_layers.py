@@ -191,8 +191,12 @@ def test_layer_norm_fused_and_written_out_agree_in_value_and_gradient(dtype):
         assert out.dtype == dtype
         results.append((out, *torch.autograd.grad((out * upstream).sum(), [xi, ln.gamma, ln.beta])))
     # float64: to rounding; the half types: to a few units in their last place (both compute in float32)
-    tol = {torch.float64: TOL, torch.float32: dict(rtol=1e-5, atol=1e-5),
-           torch.float16: dict(rtol=2e-3, atol=4e-3), torch.bfloat16: dict(rtol=2e-2, atol=3e-2)}[dtype]
+    tol = {
+        torch.float64: TOL,
+        torch.float32: dict(rtol=1e-5, atol=1e-5),
+        torch.float16: dict(rtol=2e-3, atol=4e-3),
+        torch.bfloat16: dict(rtol=2e-2, atol=3e-2),
+    }[dtype]
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, **tol)
 
@@ -210,7 +214,7 @@ def test_layer_norm_float16_statistics_do_not_overflow(fused):
     expected = ln(x)
     got = ln.to(torch.float16)(x.to(torch.float16))
     assert got.dtype == torch.float16 and torch.isfinite(got).all()
-    assert got.abs().amax(-1).min() > 0.5                  # no row collapsed to beta
+    assert got.abs().amax(-1).min() > 0.5  # no row collapsed to beta
     torch.testing.assert_close(got.double(), expected, rtol=1e-2, atol=1e-2)
     # the trap itself, in float16 arithmetic: the variance is inf
     x16 = x.to(torch.float16)
@@ -222,8 +226,9 @@ def test_layer_norm_function_keeps_the_input_dtype_and_shape():
     for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         out = layer_norm(torch.arange(8.0).reshape(2, 4).to(dtype), gamma, beta)
         assert out.dtype == dtype and out.shape == (2, 4)
-        torch.testing.assert_close(out.double(), torch.tensor([[-1.3416, -0.4472, 0.4472, 1.3416]] * 2, dtype=F64),
-                                   rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(
+            out.double(), torch.tensor([[-1.3416, -0.4472, 0.4472, 1.3416]] * 2, dtype=F64), rtol=1e-2, atol=1e-2
+        )
 
 
 def test_layer_norm_errors():

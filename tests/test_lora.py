@@ -35,15 +35,17 @@ def _randomise(model: nn.Module, std: float = 0.1) -> nn.Module:
 
 def _bert_classifier(seed: int = 0, **changes) -> SequenceClassifier:
     torch.manual_seed(seed)
-    config = BERTConfig(**{**dict(vocab_size=40, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0),
-                           **changes})
+    config = BERTConfig(
+        **{**dict(vocab_size=40, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0), **changes}
+    )
     return SequenceClassifier(BERT(config), 3, dropout=0.0)
 
 
 def _gpt(seed: int = 0, **changes) -> GPT:
     torch.manual_seed(seed)
-    return GPT(GPTConfig(**{**dict(vocab_size=24, context=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0),
-                            **changes}))
+    return GPT(
+        GPTConfig(**{**dict(vocab_size=24, context=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0), **changes})
+    )
 
 
 def _tokens(seed: int, shape=(3, 9), vocab: int = 40) -> torch.Tensor:
@@ -62,6 +64,7 @@ def _hand_forward(x: np.ndarray, W: np.ndarray, b: np.ndarray, A: np.ndarray, B:
 
 # --- one layer -------------------------------------------------------------------------------
 
+
 def test_at_initialisation_the_layer_is_the_base_layer_exactly() -> None:
     torch.manual_seed(0)
     base = nn.Linear(12, 7)
@@ -70,7 +73,7 @@ def test_at_initialisation_the_layer_is_the_base_layer_exactly() -> None:
     x = torch.randn(5, 3, 12)
     assert torch.equal(layer(x), reference(x))
     assert torch.equal(layer.lora_b, torch.zeros(7, 4))
-    bound = 1 / math.sqrt(12)                       # Kaiming-uniform with a = sqrt(5): U(-1/sqrt(d_in), 1/sqrt(d_in))
+    bound = 1 / math.sqrt(12)  # Kaiming-uniform with a = sqrt(5): U(-1/sqrt(d_in), 1/sqrt(d_in))
     assert layer.lora_a.shape == (4, 12) and layer.lora_a.abs().max() <= bound and layer.lora_a.std() > bound / 4
     assert layer.base is base and not base.weight.requires_grad and not base.bias.requires_grad
     assert layer.lora_a.requires_grad and layer.lora_b.requires_grad
@@ -86,8 +89,9 @@ def test_forward_equals_the_hand_computation(bias: bool) -> None:
     b = layer.base.bias.detach().numpy() if bias else np.zeros(5)
     expected = _hand_forward(x.numpy(), W, b, A, B, 5.0 / 3)
     np.testing.assert_allclose(layer(x).detach().numpy(), expected, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(layer.delta_weight().detach().numpy(), 5.0 / 3 * np.einsum("ok,ki->oi", B, A),
-                               rtol=0, atol=1e-14)
+    np.testing.assert_allclose(
+        layer.delta_weight().detach().numpy(), 5.0 / 3 * np.einsum("ok,ki->oi", B, A), rtol=0, atol=1e-14
+    )
     assert np.linalg.matrix_rank(layer.delta_weight().detach().numpy()) == 3
     np.testing.assert_allclose(layer.weight.detach().numpy(), W + 5.0 / 3 * B @ A, rtol=0, atol=1e-14)
 
@@ -109,7 +113,7 @@ def test_merge_gives_the_same_outputs_and_unmerge_restores_the_weight(dtype: tor
         layer.lora_b.zero_()
         assert torch.equal(layer(x), merged)
         layer.lora_b.copy_(saved_b)
-        layer.merge()                                          # merging twice adds nothing
+        layer.merge()  # merging twice adds nothing
         torch.testing.assert_close(layer(x), adapted, rtol=0, atol=ATOL[dtype])
         layer.unmerge()
         assert not layer.merged
@@ -124,7 +128,7 @@ def test_dropout_acts_on_the_branch_only() -> None:
     torch.manual_seed(7)
     out = layer(x)
     torch.manual_seed(7)
-    kept = F.dropout(x, 0.5, training=True)                # the same draw by hand
+    kept = F.dropout(x, 0.5, training=True)  # the same draw by hand
     torch.testing.assert_close(out, layer.base(x) + F.linear(F.linear(kept, layer.lora_a), layer.lora_b))
     layer.eval()
     torch.testing.assert_close(layer(x), layer.base(x) + (x @ layer.lora_a.T) @ layer.lora_b.T)
@@ -143,12 +147,13 @@ def test_at_initialisation_only_b_gets_a_gradient() -> None:
 
 # --- whole models ----------------------------------------------------------------------------
 
+
 def test_bert_classifier_starts_as_the_base_and_equals_hand_merged_weights() -> None:
     model = _bert_classifier().eval()
     base = copy.deepcopy(model)
     tokens = _tokens(0)
     apply_lora(model, r=4, alpha=8, train=("classifier",))
-    assert torch.equal(model(tokens), base(tokens))               # B = 0: exactly the pretrained model
+    assert torch.equal(model(tokens), base(tokens))  # B = 0: exactly the pretrained model
     _randomise(model)
     # the reference: the base model with W + (alpha / r) B A written into its projections by hand
     with torch.no_grad():
@@ -164,16 +169,19 @@ def test_bert_classifier_starts_as_the_base_and_equals_hand_merged_weights() -> 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_merge_lora_leaves_plain_linears_with_the_same_outputs(dtype: torch.dtype) -> None:
-    model = _randomise(apply_lora(_bert_classifier().to(dtype), targets=("w_q", "w_k", "w_v", "w_o", "linear1"),
-                                  r=3, alpha=6)).eval()
+    model = _randomise(
+        apply_lora(_bert_classifier().to(dtype), targets=("w_q", "w_k", "w_v", "w_o", "linear1"), r=3, alpha=6)
+    ).eval()
     tokens = _tokens(1)
     with torch.no_grad():
         adapted = model(tokens)
         merged = merge_lora(model)
         assert merged is model
         assert not any(isinstance(m, LoRALinear) for m in model.modules())
-        assert all(type(model.bert.encoder.layers[0].self_attn.get_submodule(p)) is nn.Linear
-                   for p in ("w_q", "w_k", "w_v", "w_o"))
+        assert all(
+            type(model.bert.encoder.layers[0].self_attn.get_submodule(p)) is nn.Linear
+            for p in ("w_q", "w_k", "w_v", "w_o")
+        )
         assert not any(k.endswith(("lora_a", "lora_b", "base.weight")) for k in model.state_dict())
         torch.testing.assert_close(model(tokens), adapted, rtol=0, atol=ATOL[dtype])
 
@@ -191,7 +199,7 @@ def test_only_lora_and_train_modules_learn_the_rest_stays_bit_identical() -> Non
         assert {name for name, p in model.named_parameters() if p.grad is not None} == learners
         optimiser.step()
         changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
-        if step == 0:        # B was zero, so A's gradient was zero: B and the head moved, A did not
+        if step == 0:  # B was zero, so A's gradient was zero: B and the head moved, A did not
             assert changed == {name for name in learners if not name.endswith("lora_a")}
     assert changed == learners
     for name, p in model.named_parameters():
@@ -207,7 +215,8 @@ def test_a_lora_layer_inside_a_train_module_keeps_its_base_frozen() -> None:
     assert layer.self_attn.w_k.weight.requires_grad and layer.ffn.linear1.weight.requires_grad
     assert not model.bert.encoder.layers[0].self_attn.w_k.weight.requires_grad
     assert {n for n in trainable if not n.startswith(("bert.encoder.layers.1.", "classifier."))} == {
-        f"bert.encoder.layers.0.self_attn.{p}.lora_{f}" for p in ("w_q", "w_v") for f in "ab"}
+        f"bert.encoder.layers.0.self_attn.{p}.lora_{f}" for p in ("w_q", "w_v") for f in "ab"
+    }
 
 
 def test_freeze_encoder_after_apply_lora_keeps_the_adapters_training_and_the_bases_fixed() -> None:
@@ -222,7 +231,7 @@ def test_freeze_encoder_after_apply_lora_keeps_the_adapters_training_and_the_bas
         assert adapters <= trained and not bases & trained, k
         top = f"bert.encoder.layers.{model.bert.config.n_layers - 1}."
         others_on_top = {n for n in trained if n.startswith(top)} - adapters
-        assert bool(others_on_top) == (k == 1), (k, others_on_top)     # the top layer's own weights train with k = 1
+        assert bool(others_on_top) == (k == 1), (k, others_on_top)  # the top layer's own weights train with k = 1
         assert any(n.startswith("classifier") for n in trained)
 
 
@@ -231,7 +240,7 @@ def test_trainable_count_is_the_formula() -> None:
     model = _bert_classifier()
     total_base = sum(p.numel() for p in model.parameters())
     apply_lora(model, r=r, train=("classifier",))
-    per_layer = r * (d + d)                                     # A (r, d_in) + B (d_out, r)
+    per_layer = r * (d + d)  # A (r, d_in) + B (d_out, r)
     head = d * 3 + 3
     assert trainable_parameters(model) == (L * 2 * per_layer + head, total_base + L * 2 * per_layer)
     assert sum(t.numel() for t in lora_state_dict(model).values()) == L * 2 * per_layer + head
@@ -273,8 +282,8 @@ def test_gpt_refuses_to_adapt_or_train_a_tied_weight() -> None:
     with pytest.raises(ValueError, match="tied"):
         apply_lora(model, train=("embedding",), r=2)
     assert not any(isinstance(m, LoRALinear) for m in model.modules())
-    assert all(p.requires_grad for p in model.parameters())       # a refused call changes nothing
-    both = apply_lora(model, train=("embedding", "output"), r=2)   # all of a tied weight's modules: allowed
+    assert all(p.requires_grad for p in model.parameters())  # a refused call changes nothing
+    both = apply_lora(model, train=("embedding", "output"), r=2)  # all of a tied weight's modules: allowed
     assert both.embedding.weight.requires_grad and both.output.weight is both.embedding.weight
     untied = apply_lora(_gpt(tie_output=False), targets=("output",), r=2)
     assert isinstance(untied.output, LoRALinear) and not untied.embedding.weight.requires_grad
@@ -285,13 +294,13 @@ def test_lora_state_dict_round_trip_on_a_fresh_base() -> None:
     model = apply_lora(copy.deepcopy(pristine), r=2, alpha=4, train=("classifier",))
     _randomise(model)
     with torch.no_grad():
-        model.classifier.weight.normal_()                       # as if the head had trained too
+        model.classifier.weight.normal_()  # as if the head had trained too
     tokens = _tokens(3)
     expected = model(tokens)
     adapter = {k: v.clone() for k, v in lora_state_dict(model).items()}
     assert all(k.endswith(("lora_a", "lora_b")) or k.startswith("classifier.") for k in adapter)
     assert len(adapter) == 2 * 2 * 2 + 2
-    torch.manual_seed(123)                                      # a different A at initialisation
+    torch.manual_seed(123)  # a different A at initialisation
     fresh = apply_lora(copy.deepcopy(pristine), r=2, alpha=4, train=("classifier",)).eval()
     assert not torch.equal(fresh(tokens), expected)
     missing, unexpected = fresh.load_state_dict(adapter, strict=False)
@@ -329,7 +338,7 @@ def test_lora_recovers_a_low_rank_change_of_the_weight() -> None:
     """LoRA's premise: when the change of W is of rank r, a rank-r LoRA can learn it exactly."""
     torch.manual_seed(0)
     base = nn.Linear(10, 6)
-    true_delta = 0.3 * torch.randn(6, 2) @ torch.randn(2, 10)             # rank 2
+    true_delta = 0.3 * torch.randn(6, 2) @ torch.randn(2, 10)  # rank 2
     x = torch.randn(256, 10)
     with torch.no_grad():
         y = x @ (base.weight + true_delta).T + base.bias
@@ -381,25 +390,29 @@ def test_merge_lora_and_lora_state_dict_of_a_single_layer() -> None:
 
 # --- bad input -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(r=0), "r must be a positive int"),
-    (dict(r=-2), "r must be a positive int"),
-    (dict(r=2.0), "r must be a positive int"),
-    (dict(r=True), "r must be a positive int"),
-    (dict(r=17), r"exceeds min\(d_in, d_out\)"),
-    (dict(alpha=0), "alpha must be a finite real > 0"),
-    (dict(alpha=-1.0), "alpha must be a finite real > 0"),
-    (dict(alpha=float("nan")), "alpha must be a finite real > 0"),
-    (dict(alpha=float("inf")), "alpha must be a finite real > 0"),
-    (dict(alpha="16"), "alpha must be a finite real > 0"),
-    (dict(dropout=1.0), r"dropout must lie in \[0, 1\)"),
-    (dict(targets=("w_x",)), r"no nn.Linear is named \['w_x'\].*'w_q'"),
-    (dict(targets="w_q"), "targets must be a sequence of module names"),
-    (dict(targets=()), "targets is empty"),
-    (dict(train="classifier"), "train must be a sequence of module names"),
-    (dict(train=("",)), "train must be a sequence of module names"),
-    (dict(train=("head",)), "train names 'head'"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(r=0), "r must be a positive int"),
+        (dict(r=-2), "r must be a positive int"),
+        (dict(r=2.0), "r must be a positive int"),
+        (dict(r=True), "r must be a positive int"),
+        (dict(r=17), r"exceeds min\(d_in, d_out\)"),
+        (dict(alpha=0), "alpha must be a finite real > 0"),
+        (dict(alpha=-1.0), "alpha must be a finite real > 0"),
+        (dict(alpha=float("nan")), "alpha must be a finite real > 0"),
+        (dict(alpha=float("inf")), "alpha must be a finite real > 0"),
+        (dict(alpha="16"), "alpha must be a finite real > 0"),
+        (dict(dropout=1.0), r"dropout must lie in \[0, 1\)"),
+        (dict(targets=("w_x",)), r"no nn.Linear is named \['w_x'\].*'w_q'"),
+        (dict(targets="w_q"), "targets must be a sequence of module names"),
+        (dict(targets=()), "targets is empty"),
+        (dict(train="classifier"), "train must be a sequence of module names"),
+        (dict(train=("",)), "train must be a sequence of module names"),
+        (dict(train=("head",)), "train names 'head'"),
+    ],
+)
 def test_apply_lora_refuses_bad_arguments_and_changes_nothing(kwargs: dict, message: str) -> None:
     model = _bert_classifier()
     before = copy.deepcopy(model.state_dict())
@@ -412,7 +425,7 @@ def test_apply_lora_refuses_bad_arguments_and_changes_nothing(kwargs: dict, mess
 
 
 def test_rank_is_checked_against_each_target() -> None:
-    model = _bert_classifier()          # linear1 is (64, 16): r = 16 fits it, r = 17 does not
+    model = _bert_classifier()  # linear1 is (64, 16): r = 16 fits it, r = 17 does not
     apply_lora(model, targets=("linear1",), r=16)
     with pytest.raises(ValueError, match="r=17 exceeds"):
         apply_lora(_bert_classifier(), targets=("linear1",), r=17)
@@ -427,7 +440,7 @@ def test_applying_twice_and_other_misuse_raise() -> None:
     with pytest.raises(ValueError, match="LoRALinear: expected an nn.Linear"):
         LoRALinear(nn.Conv1d(3, 3, 1))
     with pytest.raises(ValueError, match="LoRALinear: expected an nn.Linear"):
-        LoRALinear(model.bert.encoder.layers[0].self_attn.w_q)   # a LoRALinear is not wrapped again
+        LoRALinear(model.bert.encoder.layers[0].self_attn.w_q)  # a LoRALinear is not wrapped again
     with pytest.raises(ValueError, match="LoRALinear: r=5 exceeds"):
         LoRALinear(nn.Linear(4, 8), r=5)
     plain = _bert_classifier()

@@ -49,7 +49,9 @@ def test_bleu_by_length_buckets_sentences_by_source_length():
     assert [r["bucket"] for r in rows] == ["1-10", "11-20", "21-30", "31+"]
     assert [r["sentences"] for r in rows] == [2, 1, 1, 1]
     # Bucket 1-10 is its own corpus: the hypotheses' 12 words against 13 reference words.
-    assert rows[0]["bleu"] == pytest.approx(corpus_bleu(hypotheses[0:1] + hypotheses[4:5], references[0:1] + references[4:5]))
+    assert rows[0]["bleu"] == pytest.approx(
+        corpus_bleu(hypotheses[0:1] + hypotheses[4:5], references[0:1] + references[4:5])
+    )
     assert rows[0]["bleu"] == pytest.approx(100 * math.exp(1 - 13 / 12), abs=1e-9)
     assert rows[1]["bleu"] == pytest.approx(corpus_bleu(["a b c x"], ["a b c d"]))
 
@@ -70,8 +72,11 @@ def test_lowercase_bleu_ignores_case_only():
 
 
 def test_paired_bootstrap_separates_a_real_difference_from_none():
-    references = [f"a man in a {c} shirt is riding a {v} down the street" for c in ("red", "blue", "green", "black")
-                  for v in ("bike", "horse", "car", "scooter", "skateboard")] * 3
+    references = [
+        f"a man in a {c} shirt is riding a {v} down the street"
+        for c in ("red", "blue", "green", "black")
+        for v in ("bike", "horse", "car", "scooter", "skateboard")
+    ] * 3
     good = list(references)
     bad = [r.replace("riding", "eating").replace("street", "lake") for r in references]
     # Two systems with the same mistakes on complementary halves of the sentences: equal in
@@ -84,7 +89,7 @@ def test_paired_bootstrap_separates_a_real_difference_from_none():
     worse = paired_bootstrap(good, bad, references, n_samples=200)
     assert worse["system_bleu"] < worse["baseline_bleu"] and worse["p_value"] < 0.01
     assert worse["system_ci"] >= 0 and abs(worse["system_mean"] - worse["system_bleu"]) < 5
-    assert paired_bootstrap(good, bad, references, n_samples=200) == worse   # seeded: repeats
+    assert paired_bootstrap(good, bad, references, n_samples=200) == worse  # seeded: repeats
     with pytest.raises(ValueError, match="n_samples"):
         paired_bootstrap(good, bad, references, n_samples=0)
     with pytest.raises(ValueError, match="hypotheses for"):
@@ -97,7 +102,7 @@ def test_distinct_n_by_hand():
     assert distinct_n(sentences, 1) == pytest.approx(6 / 8)
     assert distinct_n(sentences, 2) == pytest.approx(4 / 5)
     assert distinct_n(["a a a a"], 1) == pytest.approx(1 / 4)
-    assert distinct_n(sentences, 3) == pytest.approx(1.0)      # "a dog" adds no trigram
+    assert distinct_n(sentences, 3) == pytest.approx(1.0)  # "a dog" adds no trigram
     with pytest.raises(ValueError, match="no 4-gram"):
         distinct_n(sentences, 4)
     with pytest.raises(ValueError, match="positive int"):

@@ -44,17 +44,17 @@ class Spec:
     inputs: Callable[[], tuple[torch.Tensor, ...]]
     run: Callable[..., torch.Tensor]
     shape: tuple[int, ...]
-    causal_input: int | None = None      # the input whose later tokens must not change earlier outputs
-    changed_at: int = -1                 # the token the causal test changes: the last output position reads it
-    padded_input: int | None = None      # the input that trailing padding must not change
-    cached: Callable[..., torch.Tensor] | None = None   # the output computed step by step with a cache
+    causal_input: int | None = None  # the input whose later tokens must not change earlier outputs
+    changed_at: int = -1  # the token the causal test changes: the last output position reads it
+    padded_input: int | None = None  # the input that trailing padding must not change
+    cached: Callable[..., torch.Tensor] | None = None  # the output computed step by step with a cache
 
 
 def _lm_cached(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    logits, cache = model.decode_step(tokens[:, :4])                      # the prompt, then one at a time
+    logits, cache = model.decode_step(tokens[:, :4])  # the prompt, then one at a time
     steps = [logits]
     for t in range(4, tokens.shape[1]):
-        logits, cache = model.decode_step(tokens[:, t:t + 1], cache)
+        logits, cache = model.decode_step(tokens[:, t : t + 1], cache)
         steps.append(logits)
     return torch.cat(steps, dim=1)
 
@@ -64,7 +64,7 @@ def _seq2seq_cached(model: nn.Module, src: torch.Tensor, tgt_in: torch.Tensor) -
     states, carry = model.decode_step(tgt_in[:, :3], memory, src_mask)
     steps = [states]
     for t in range(3, tgt_in.shape[1]):
-        states, carry = model.decode_step(tgt_in[:, t:t + 1], memory, src_mask, carry)
+        states, carry = model.decode_step(tgt_in[:, t : t + 1], memory, src_mask, carry)
         steps.append(states)
     return model.output(torch.cat(steps, dim=1))
 
@@ -78,8 +78,20 @@ def _modern(**changes) -> ModernGPT:
 
 
 def _transformer(**changes) -> Transformer:
-    return Transformer(TransformerConfig(V, V, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2,
-                                         dropout=0.0, max_len=16, **changes))
+    return Transformer(
+        TransformerConfig(
+            V,
+            V,
+            d_model=16,
+            n_heads=2,
+            d_ff=32,
+            n_encoder_layers=1,
+            n_decoder_layers=2,
+            dropout=0.0,
+            max_len=16,
+            **changes,
+        )
+    )
 
 
 def _bert(**changes) -> BERT:
@@ -89,34 +101,68 @@ def _bert(**changes) -> BERT:
 SPECS: dict[str, Spec] = {
     "GPT": Spec(
         build=_gpt,
-        inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m(x), shape=(2, 9, V), causal_input=0, cached=_lm_cached),
+        inputs=lambda: (_tokens(2, 9),),
+        run=lambda m, x: m(x),
+        shape=(2, 9, V),
+        causal_input=0,
+        cached=_lm_cached,
+    ),
     "ModernGPT": Spec(
         build=_modern,
-        inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m(x), shape=(2, 9, V), causal_input=0, cached=_lm_cached),
+        inputs=lambda: (_tokens(2, 9),),
+        run=lambda m, x: m(x),
+        shape=(2, 9, V),
+        causal_input=0,
+        cached=_lm_cached,
+    ),
     "Transformer": Spec(
         build=_transformer,
-        inputs=lambda: (_tokens(2, 7, seed=1), _tokens(2, 8, seed=2)), run=lambda m, s, t: m(s, t),
-        shape=(2, 8, V), causal_input=1, padded_input=0, cached=_seq2seq_cached),
+        inputs=lambda: (_tokens(2, 7, seed=1), _tokens(2, 8, seed=2)),
+        run=lambda m, s, t: m(s, t),
+        shape=(2, 8, V),
+        causal_input=1,
+        padded_input=0,
+        cached=_seq2seq_cached,
+    ),
     "RNNSeq2Seq": Spec(
         build=lambda: RNNSeq2Seq(RNNSeq2SeqConfig(V, V, d_embedding=8, d_hidden=16, dropout=0.0)),
-        inputs=lambda: (_tokens(2, 7, seed=1), _tokens(2, 8, seed=2)), run=lambda m, s, t: m(s, t),
-        shape=(2, 8, V), causal_input=1, padded_input=0, cached=_seq2seq_cached),
+        inputs=lambda: (_tokens(2, 7, seed=1), _tokens(2, 8, seed=2)),
+        run=lambda m, s, t: m(s, t),
+        shape=(2, 8, V),
+        causal_input=1,
+        padded_input=0,
+        cached=_seq2seq_cached,
+    ),
     "BERT": Spec(
-        build=_bert,
-        inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m(x).mlm_logits, shape=(2, 9, V), padded_input=0),
+        build=_bert, inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m(x).mlm_logits, shape=(2, 9, V), padded_input=0
+    ),
     "BiLM": Spec(
         build=lambda: BiLM(BiLMConfig(vocab_size=V, d_embed=8, d_hidden=8, n_layers=1, cutoffs=(), dropout=0.0)),
-        inputs=lambda: (_tokens(2, 9),), run=lambda m, x: m.log_probs(x), shape=(2, 8, V),
-        causal_input=0, changed_at=-2),      # the forward LM: entry t is token t + 1's distribution given 0..t
+        inputs=lambda: (_tokens(2, 9),),
+        run=lambda m, x: m.log_probs(x),
+        shape=(2, 8, V),
+        causal_input=0,
+        changed_at=-2,
+    ),  # the forward LM: entry t is token t + 1's distribution given 0..t
 }
 
-OTHER_POSITIONS = {"GPT": ("sinusoidal", "alibi"), "BERT": ("sinusoidal", "alibi"), "Transformer": ("learned",),
-                   "ModernGPT": ("learned", "sinusoidal")}
+OTHER_POSITIONS = {
+    "GPT": ("sinusoidal", "alibi"),
+    "BERT": ("sinusoidal", "alibi"),
+    "Transformer": ("learned",),
+    "ModernGPT": ("learned", "sinusoidal"),
+}
 """The encodings each model takes besides its default one: each passes the suite too."""
 
-SPECS.update({f"{name}/{position}": dataclasses.replace(SPECS[name], build=functools.partial(SPECS[name].build,
-                                                                                             position=position))
-              for name, positions in OTHER_POSITIONS.items() for position in positions})
+SPECS.update(
+    {
+        f"{name}/{position}": dataclasses.replace(
+            SPECS[name], build=functools.partial(SPECS[name].build, position=position)
+        )
+        for name, positions in OTHER_POSITIONS.items()
+        for position in positions
+    }
+)
 
 
 def _built(name: str, seed: int = 0) -> nn.Module:
@@ -139,7 +185,7 @@ def test_every_position_a_model_takes_is_in_the_suite(name: str) -> None:
     for position in POSITIONS:
         try:
             SPECS[name].build(position=position)
-        except ValueError as err:                      # refused by the factory, naming the position
+        except ValueError as err:  # refused by the factory, naming the position
             assert str(err).startswith(f"{name}: position {position!r}") and "does not take" in str(err)
             continue
         assert position == default or f"{name}/{position}" in SPECS, f"{name} takes {position!r}: add it to the suite"
@@ -176,12 +222,12 @@ def test_an_output_does_not_depend_on_later_tokens(name: str) -> None:
     inputs = list(spec.inputs())
     changed = inputs[spec.causal_input].clone()
     at = spec.changed_at
-    changed[:, at] = changed[:, at] % (V - 1) + 1                      # another real token there
+    changed[:, at] = changed[:, at] % (V - 1) + 1  # another real token there
     before = _output(name, model, tuple(inputs))
     inputs[spec.causal_input] = changed
     after = _output(name, model, tuple(inputs))
     torch.testing.assert_close(after[:, :-1], before[:, :-1], rtol=0, atol=1e-6)
-    assert not torch.equal(after[:, -1], before[:, -1])                # the last position does see it
+    assert not torch.equal(after[:, -1], before[:, -1])  # the last position does see it
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in SPECS.items() if s.padded_input is not None))
@@ -192,8 +238,8 @@ def test_trailing_padding_changes_no_real_position(name: str) -> None:
     x = inputs[spec.padded_input]
     inputs[spec.padded_input] = torch.cat([x, torch.full((x.shape[0], 3), PAD)], dim=1)
     after = _output(name, model, tuple(inputs))
-    if spec.padded_input == 0 and len(inputs) == 1:               # the padded input is also the output's axis
-        after = after[:, :x.shape[1]]
+    if spec.padded_input == 0 and len(inputs) == 1:  # the padded input is also the output's axis
+        after = after[:, : x.shape[1]]
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
 
 

@@ -104,8 +104,8 @@ def test_swiglu_on_a_hand_made_example():
         ffn.w3.weight.copy_(torch.tensor([[2.0, 0.0], [1.0, -1.0], [0.0, 0.5]]))
         ffn.w2.weight.copy_(torch.tensor([[1.0, 0.0, 1.0], [0.0, 2.0, -1.0]]))
     x = torch.tensor([[1.0, -2.0]])
-    gate = [1.0, -2.0, -1.0]          # x W1
-    value = [2.0, 3.0, -1.0]          # x W3
+    gate = [1.0, -2.0, -1.0]  # x W1
+    value = [2.0, 3.0, -1.0]  # x W3
     silu = [z / (1 + math.exp(-z)) for z in gate]
     hidden = [s * v for s, v in zip(silu, value)]
     expected = torch.tensor([[hidden[0] + hidden[2], 2 * hidden[1] - hidden[2]]])
@@ -164,8 +164,9 @@ def test_shapes_tied_output_and_no_position_table():
 
 def test_parameter_count_by_formula():
     for n_kv_heads, tie in ((None, True), (2, True), (1, False)):
-        c = ModernGPTConfig(vocab_size=65, context=256, d_model=128, n_heads=4, n_kv_heads=n_kv_heads,
-                            n_layers=4, tie_output=tie)
+        c = ModernGPTConfig(
+            vocab_size=65, context=256, d_model=128, n_heads=4, n_kv_heads=n_kv_heads, n_layers=4, tie_output=tie
+        )
         d, g, d_k, d_ff = 128, n_kv_heads or 4, 32, 344
         per_layer = 2 * d * d + 2 * d * g * d_k + 3 * d * d_ff + 2 * d
         expected = 65 * d * (1 if tie else 2) + 4 * per_layer + d
@@ -197,8 +198,8 @@ def test_decode_step_equals_forward_and_the_cache_holds_the_kv_heads(n_kv_heads)
     full = model(tokens)
     logits, caches = model.decode_step(tokens[:, :5])  # the prompt
     steps = [logits]
-    for t in range(5, 12):                             # then one token at a time
-        logits, caches = model.decode_step(tokens[:, t:t + 1], caches)
+    for t in range(5, 12):  # then one token at a time
+        logits, caches = model.decode_step(tokens[:, t : t + 1], caches)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-10)
     assert len(caches) == 2 and all(c.k.shape == c.v.shape == (2, n_kv_heads, 12, 4) for c in caches)
@@ -239,7 +240,7 @@ def test_it_learns_a_repeating_pattern():
     losses = []
     for _ in range(50):
         start = torch.randint(0, 16, (8,))
-        windows = torch.stack([pattern[s:s + 12] for s in start])
+        windows = torch.stack([pattern[s : s + 12] for s in start])
         loss = F.cross_entropy(model(windows[:, :-1]).reshape(-1, 11), windows[:, 1:].reshape(-1))
         optimizer.zero_grad()
         loss.backward()
@@ -271,7 +272,7 @@ def test_norm_eps_reaches_every_rmsnorm():
     model = ModernGPT(ModernGPTConfig(vocab_size=11, d_model=16, n_heads=2, n_layers=2, norm_eps=1e-5))
     norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
     assert len(norms) == 2 * 2 + 1 and {m.eps for m in norms} == {1e-5}
-    assert ModernGPTConfig(vocab_size=11).norm_eps == 1e-6          # the default: what the book's models trained with
+    assert ModernGPTConfig(vocab_size=11).norm_eps == 1e-6  # the default: what the book's models trained with
 
 
 def test_config_defaults_and_round_trip():
@@ -286,9 +287,12 @@ def test_bad_config_and_input_raise_clear_errors():
         ModernGPTConfig(vocab_size=10, n_kv_heads=3)
     with pytest.raises(ValueError, match="d_model=130 is not divisible by n_heads=4"):
         ModernGPTConfig(vocab_size=10, d_model=130)
-    with pytest.raises(ValueError, match=r"^ModernGPT: position 'rotary' does not fit d_model=12, n_heads=4, "
-                                         r"max_len=256: RotaryEmbedding: d_head must be an even int >= 2, got 3$"):
-        ModernGPT(ModernGPTConfig(vocab_size=10, d_model=12, n_heads=4))     # rotations turn pairs of features
+    with pytest.raises(
+        ValueError,
+        match=r"^ModernGPT: position 'rotary' does not fit d_model=12, n_heads=4, "
+        r"max_len=256: RotaryEmbedding: d_head must be an even int >= 2, got 3$",
+    ):
+        ModernGPT(ModernGPTConfig(vocab_size=10, d_model=12, n_heads=4))  # rotations turn pairs of features
     with pytest.raises(ValueError, match="n_layers must be a positive int"):
         ModernGPTConfig(vocab_size=10, n_layers=0)
     with pytest.raises(ValueError, match="ModernGPTConfig: d_ff must be a positive int, got 0"):
@@ -325,8 +329,9 @@ def test_bad_config_and_input_raise_clear_errors():
 # ------------------------------------------------------------------------------------ positions
 
 
-@pytest.mark.parametrize("position, kind", [("learned", LearnedPositionalEmbedding),
-                                            ("sinusoidal", SinusoidalPositionalEncoding)])
+@pytest.mark.parametrize(
+    "position, kind", [("learned", LearnedPositionalEmbedding), ("sinusoidal", SinusoidalPositionalEncoding)]
+)
 def test_a_table_added_to_the_embeddings_instead_of_rotations(position, kind):
     model = small(position=position).double().eval()
     assert isinstance(model.positional, kind) and model.positional.rotary is None
@@ -337,20 +342,28 @@ def test_a_table_added_to_the_embeddings_instead_of_rotations(position, kind):
     for block in model.blocks:
         x = block(x, causal=True)
     torch.testing.assert_close(model(tokens), model.output(model.norm(x)))
-    with torch.no_grad():                                           # the cache's positions continue the table's
+    with torch.no_grad():  # the cache's positions continue the table's
         logits, caches = model.decode_step(tokens[:, :4])
-        steps = [logits] + [model.decode_step(tokens[:, t:t + 1], caches)[0] for t in range(4, 9)]
+        steps = [logits] + [model.decode_step(tokens[:, t : t + 1], caches)[0] for t in range(4, 9)]
     torch.testing.assert_close(torch.cat(steps, dim=1), model(tokens))
-    odd = ModernGPT(ModernGPTConfig(vocab_size=11, d_model=12, n_heads=4, position=position))   # d_k = 3: no pairs needed
+    odd = ModernGPT(
+        ModernGPTConfig(vocab_size=11, d_model=12, n_heads=4, position=position)
+    )  # d_k = 3: no pairs needed
     assert odd(torch.randint(0, 11, (1, 5))).shape == (1, 5, 11)
 
 
 def test_positions_the_grouped_attention_cannot_take_are_refused():
-    with pytest.raises(ValueError, match=r"^ModernGPT: position 'alibi' adds a bias to the attention scores, which "
-                                         r"ModernGPT does not take; choose 'learned', 'sinusoidal' or 'rotary'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^ModernGPT: position 'alibi' adds a bias to the attention scores, which "
+        r"ModernGPT does not take; choose 'learned', 'sinusoidal' or 'rotary'$",
+    ):
         small(position="alibi")
-    with pytest.raises(ValueError, match=r"^ModernGPT: unknown position 'rope'; ModernGPT takes 'learned', "
-                                         r"'sinusoidal' or 'rotary'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^ModernGPT: unknown position 'rope'; ModernGPT takes 'learned', "
+        r"'sinusoidal' or 'rotary'$",
+    ):
         small(position="rope")
 
 
@@ -364,8 +377,10 @@ class ModernGPTBeforeTheFactory(ModernGPT):
         self.embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.dropout = nn.Dropout(c.dropout)
         self.rotary = RotaryEmbedding(c.d_k, c.rope_base)
-        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, self.rotary, c.dropout,
-                                                eps=c.norm_eps) for _ in range(c.n_layers))
+        self.blocks = nn.ModuleList(
+            ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, self.rotary, c.dropout, eps=c.norm_eps)
+            for _ in range(c.n_layers)
+        )
         self.norm = RMSNorm(c.d_model, c.norm_eps)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_output:
@@ -377,17 +392,18 @@ class ModernGPTBeforeTheFactory(ModernGPT):
 
 
 def test_a_seeded_modern_gpt_has_the_weights_and_outputs_it_had_before_the_factory():
-    config = ModernGPTConfig(vocab_size=11, context=16, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, dropout=0.1,
-                             rope_base=500.0)
+    config = ModernGPTConfig(
+        vocab_size=11, context=16, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, dropout=0.1, rope_base=500.0
+    )
     torch.manual_seed(0)
     before = ModernGPTBeforeTheFactory(config)
     torch.manual_seed(0)
     now = ModernGPT(config)
-    assert list(before.state_dict()) == list(now.state_dict())           # the same keys, in the same order
+    assert list(before.state_dict()) == list(now.state_dict())  # the same keys, in the same order
     assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), now.state_dict().values()))
     assert torch.equal(before.rotary.inv_freq, now.positional.inv_freq)  # the base reaches the rotations
     tokens = torch.randint(0, 11, (3, 10), generator=torch.Generator().manual_seed(2))
-    for train in (True, False):                                          # dropout drawn from one seed, and none
+    for train in (True, False):  # dropout drawn from one seed, and none
         outputs = []
         for model in (before, now):
             torch.manual_seed(1)

@@ -27,14 +27,21 @@ def _modules() -> set[str]:
 
 
 def _documented() -> list[str]:
-    return [name for page in PAGES
-            for name in re.findall(r"^\.\. automodule:: ([\w.]+)\s*$", page.read_text(encoding="utf-8"), re.M)]
+    return [
+        name
+        for page in PAGES
+        for name in re.findall(r"^\.\. automodule:: ([\w.]+)\s*$", page.read_text(encoding="utf-8"), re.M)
+    ]
 
 
 def test_the_module_finder_sees_the_package() -> None:
     modules = _modules()
-    assert {"transformer_book", "transformer_book.attention", "transformer_book.data.batching",
-            "transformer_book.recipes.loading"} <= modules
+    assert {
+        "transformer_book",
+        "transformer_book.attention",
+        "transformer_book.data.batching",
+        "transformer_book.recipes.loading",
+    } <= modules
     assert "transformer_book.pretrained.__main__" not in modules
 
 

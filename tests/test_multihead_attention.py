@@ -490,7 +490,7 @@ def test_causal_flag_with_fewer_queries_than_keys_aligns_with_the_last_query():
     mha = _mha().eval()
     g = torch.Generator().manual_seed(8)
     memory = torch.randn(2, 7, 16, generator=g, dtype=F64)
-    queries = memory[:, 4:]                                       # the last 3 of 7 positions
+    queries = memory[:, 4:]  # the last 3 of 7 positions
     full, _ = mha(memory, memory, memory, causal_mask(7)[None], need_weights=False)
     for need_weights in (True, False):
         got, _ = mha(queries, memory, memory, need_weights=need_weights, causal=True)
@@ -564,7 +564,7 @@ def test_packed_projection_with_a_growing_cache_equals_the_whole_sequence():
     full, _ = mha(x, x, x, need_weights=False, causal=True)
     cache, steps = KVCache(), []
     for t in range(5):
-        step, _ = mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], need_weights=False, cache=cache)
+        step, _ = mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], need_weights=False, cache=cache)
         steps.append(step)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL)
 
@@ -584,11 +584,11 @@ def test_packing_only_for_self_attention_and_by_default_only_on_cuda(monkeypatch
     x, y = _inputs((2, 5, 16), (2, 5, 16))
     assert MultiHeadAttention.pack_projections is None
     mha(x, x, x)
-    assert calls == []                                            # CPU, default: three products
+    assert calls == []  # CPU, default: three products
     mha.pack_projections = True
     mha(x, y, y)
     mha(x, x, y)
-    assert calls == []                                            # not self-attention
+    assert calls == []  # not self-attention
     mha(x, x, x)
     assert calls == [(2, 5, 16)]
 
@@ -616,8 +616,11 @@ def test_prefer_attention_kernel_puts_the_kernel_first_and_restores_the_order():
     with prefer_attention_kernel("math"):
         assert torch._C._get_sdp_priority_order()[0] == int(SDPBackend.MATH)
     assert set(ATTENTION_KERNELS) == {"flash", "efficient", "cudnn", "math"}
-    with pytest.raises(ValueError, match=r"prefer_attention_kernel: name must be one of 'flash', 'efficient', 'cudnn' "
-                                         r"or 'math', got 'cudn'"):
+    with pytest.raises(
+        ValueError,
+        match=r"prefer_attention_kernel: name must be one of 'flash', 'efficient', 'cudnn' "
+        r"or 'math', got 'cudn'",
+    ):
         with prefer_attention_kernel("cudn"):
             pass
 
@@ -647,9 +650,9 @@ def test_a_two_dimensional_mask_is_refused_as_ambiguous():
     a (B, m) padding mask used to be read silently as (n, m). Every 2-D mask is refused, naming
     the two shapes that say what is meant."""
     mha = _mha(8, 2, seed=40)
-    (x,) = _inputs((5, 5, 8), seed=41)               # B == n == m
+    (x,) = _inputs((5, 5, 8), seed=41)  # B == n == m
     key_padding = torch.zeros(5, 5, dtype=torch.bool)
-    key_padding[0, 3:] = True                        # sequence 0 has two padded keys
+    key_padding[0, 3:] = True  # sequence 0 has two padded keys
     for need_weights in (True, False):
         with pytest.raises(ValueError, match=r"2-D mask \(5, 5\) is ambiguous.*\(1, n, m\).*\(B, 1, m\)"):
             mha(x, x, x, key_padding, need_weights=need_weights)
@@ -701,8 +704,7 @@ def test_the_device_decides_packing_in_one_place_outside_forward(monkeypatch):
     x = torch.randn(2, 5, 16)
     packed = []
     original = MultiHeadAttention._packed_projection
-    monkeypatch.setattr(MultiHeadAttention, "_packed_projection",
-                        lambda self, h: packed.append(1) or original(self, h))
+    monkeypatch.setattr(MultiHeadAttention, "_packed_projection", lambda self, h: packed.append(1) or original(self, h))
     plain, _ = mha(x, x, x)
     with device_kernels("cpu"):
         mha(x, x, x)

@@ -63,7 +63,9 @@ def test_chapter_is_in_the_table_of_contents(path: Path) -> None:
 
 
 def _repository_url() -> str:
-    match = re.search(r"^repository:\s*\n\s+url:\s*(\S+)", (ROOT / "_config.yml").read_text(encoding="utf-8"), re.MULTILINE)
+    match = re.search(
+        r"^repository:\s*\n\s+url:\s*(\S+)", (ROOT / "_config.yml").read_text(encoding="utf-8"), re.MULTILINE
+    )
     assert match, "_config.yml must set repository.url"
     return match.group(1).rstrip("/")
 
@@ -154,7 +156,7 @@ def _renumbered_lists(markdown: str) -> list[list[int]]:
         if item:
             items.append(int(item.group(1)))
         elif line.strip() and not line.startswith((" ", "\t")):
-            close()                               # a line at the margin ends the list
+            close()  # a line at the margin ends the list
     close()
     return wrong
 
@@ -170,6 +172,8 @@ def test_numbered_lists_show_their_numbers(path: Path) -> None:
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             wrong = _renumbered_lists("".join(cell["source"]))
-            assert not wrong, (f"{path.name}, cell {cell.get('id')}: the list numbered {wrong[0]} would be shown "
-                               f"as {list(range(wrong[0][0], wrong[0][0] + len(wrong[0])))} (number paragraphs "
-                               "with **n.** instead)")
+            assert not wrong, (
+                f"{path.name}, cell {cell.get('id')}: the list numbered {wrong[0]} would be shown "
+                f"as {list(range(wrong[0][0], wrong[0][0] + len(wrong[0])))} (number paragraphs "
+                "with **n.** instead)"
+            )

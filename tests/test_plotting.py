@@ -120,10 +120,12 @@ from transformer_book.plotting import BOOK_COLOURS, BOOK_WIDTH_IN, MIN_FONT_PT, 
 
 # Machado, Oliveira and Fernandes (2009): full-severity simulation of the two red-green
 # deficiencies, as matrices on linear RGB.
-DEUTERANOPIA = np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
-                         [-0.011820, 0.042940, 0.968881]])
-PROTANOPIA = np.array([[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
-                       [-0.003882, -0.048116, 1.051998]])
+DEUTERANOPIA = np.array(
+    [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]]
+)
+PROTANOPIA = np.array(
+    [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]]
+)
 
 
 def _lab(hex_colour, simulate=None):
@@ -142,7 +144,7 @@ def _lab(hex_colour, simulate=None):
 
 def _closest_pair(colours, simulate):
     labs = [_lab(c, simulate) for c in colours]
-    return min(np.linalg.norm(a - b) for i, a in enumerate(labs) for b in labs[i + 1:])
+    return min(np.linalg.norm(a - b) for i, a in enumerate(labs) for b in labs[i + 1 :])
 
 
 @pytest.mark.parametrize("simulate", [None, DEUTERANOPIA, PROTANOPIA], ids=["normal", "deuteranopia", "protanopia"])
@@ -167,8 +169,14 @@ def test_use_book_style_sets_colours_fonts_and_width():
         ax.plot([0, 1], label="a")
         ax.set(title="t", xlabel="x", ylabel="y")
         legend = ax.legend()
-        texts = [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels(),
-                 *legend.get_texts()]
+        texts = [
+            ax.title,
+            ax.xaxis.label,
+            ax.yaxis.label,
+            *ax.get_xticklabels(),
+            *ax.get_yticklabels(),
+            *legend.get_texts(),
+        ]
         assert min(t.get_fontsize() for t in texts) >= MIN_FONT_PT
     # outside the context the defaults are back: the style is only rcParams
     assert mpl.rcParams["axes.prop_cycle"].by_key()["color"][0] != BOOK_COLOURS[0]
@@ -192,7 +200,7 @@ def test_use_book_style_sends_retina_pngs_inside_ipython(monkeypatch):
     # to what was drawn)
     png = data["image/png"]
     png = base64.b64decode(png) if isinstance(png, str) else png
-    pixels = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")   # the IHDR chunk
+    pixels = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")  # the IHDR chunk
     shown = metadata["image/png"]["width"], metadata["image/png"]["height"]
     assert 300 < shown[0] <= 400 and 200 < shown[1] <= 300
     assert shown == (pixels[0] // 2, pixels[1] // 2)
@@ -207,7 +215,7 @@ def test_heatmap_annotations_are_not_smaller_than_the_minimum():
 @pytest.mark.parametrize("n, shape", [(1, (1, 1)), (2, (1, 2)), (3, (2, 2)), (4, (2, 2)), (5, (3, 2))])
 def test_panels_puts_at_most_two_side_by_side(n, shape):
     fig, axes = panels(n)
-    assert len(axes) == n == len(fig.axes)               # unused cells removed
+    assert len(axes) == n == len(fig.axes)  # unused cells removed
     rows = {round(ax.get_subplotspec().rowspan.start) for ax in axes}
     columns = {round(ax.get_subplotspec().colspan.start) for ax in axes}
     assert (len(rows), len(columns)) == (shape[0], shape[1] if n > 1 else 1)
@@ -260,14 +268,19 @@ def test_label_points_never_overlaps_two_labels_in_a_tight_cluster():
 
 def test_label_points_keeps_each_label_off_its_own_marker():
     fig, (ax,) = panels(1)
-    ax.scatter([0.5], [0.5], s=36)                       # a marker of radius 3 pt, the default marker_pt
+    ax.scatter([0.5], [0.5], s=36)  # a marker of radius 3 pt, the default marker_pt
     ax.set(xlim=(0, 1), ylim=(0, 1))
     (annotation,) = label_points(ax, [[0.5, 0.5]], ["a label"])
     fig.draw_without_rendering()
     (box,) = _boxes([annotation])
     x, y = ax.transData.transform((0.5, 0.5))
     radius = 3.0 * fig.dpi / 72
-    assert box.x0 >= x + radius - 1e-6 or box.x1 <= x - radius + 1e-6 or box.y0 >= y + radius - 1e-6 or box.y1 <= y - radius + 1e-6
+    assert (
+        box.x0 >= x + radius - 1e-6
+        or box.x1 <= x - radius + 1e-6
+        or box.y0 >= y + radius - 1e-6
+        or box.y1 <= y - radius + 1e-6
+    )
 
 
 def test_label_points_keeps_labels_inside_the_axes_and_off_the_legend():
@@ -287,23 +300,26 @@ def test_label_points_joins_moved_labels_to_their_points_and_leaves_the_isolated
     colours = ["C0"] * 8 + ["C1"]
     annotations = label_points(ax, xy, words, colours=colours)
     alone = annotations[-1]
-    first_ring = 3.0 + 2.0                               # the marker's radius and the first ring beyond it
-    assert alone.arrow_patch is None                     # free space at the first ring: no leader line
+    first_ring = 3.0 + 2.0  # the marker's radius and the first ring beyond it
+    assert alone.arrow_patch is None  # free space at the first ring: no leader line
     assert np.hypot(*alone.xyann) == pytest.approx(first_ring)
     moved = [a for a in annotations[:-1] if a.arrow_patch is not None]
     assert moved, "eight labels cannot all sit on the first ring of a cluster a few pixels wide"
     for a in moved:
-        assert np.hypot(*a.xyann) > first_ring           # further out, and joined by a line in the point's colour
+        assert np.hypot(*a.xyann) > first_ring  # further out, and joined by a line in the point's colour
         assert matplotlib.colors.same_color(a.arrow_patch.get_edgecolor(), "C0")
     for a, point in zip(annotations, xy):
-        assert a.xy == pytest.approx(tuple(point))       # each label still points at its own point
+        assert a.xy == pytest.approx(tuple(point))  # each label still points at its own point
 
 
-@pytest.mark.parametrize("xy, labels, match", [
-    (np.zeros((3, 3)), ["a", "b", "c"], r"shape \(n, 2\)"),
-    (np.array([[0.0, np.nan]]), ["a"], "NaN or infinite"),
-    (np.zeros((2, 2)), ["a"], "1 labels for 2 points"),
-])
+@pytest.mark.parametrize(
+    "xy, labels, match",
+    [
+        (np.zeros((3, 3)), ["a", "b", "c"], r"shape \(n, 2\)"),
+        (np.array([[0.0, np.nan]]), ["a"], "NaN or infinite"),
+        (np.zeros((2, 2)), ["a"], "1 labels for 2 points"),
+    ],
+)
 def test_label_points_rejects_bad_input(xy, labels, match):
     _, (ax,) = panels(1)
     with pytest.raises(ValueError, match=match):

@@ -305,15 +305,31 @@ def _t5_bucket_math(r: int, bidirectional: bool, num_buckets: int, max_distance:
 
 def test_bucket_hand_checked_values_bidirectional():
     # 32 buckets, max_distance 128: 16 per sign, 8 of them exact.
-    cases = {0: 0, -1: 1, -7: 7, -8: 8, -15: 9, -16: 10, -32: 12, -127: 15, -128: 15, -5000: 15,
-             1: 17, 3: 19, 7: 23, 8: 24, 16: 26, 200: 31}
+    cases = {
+        0: 0,
+        -1: 1,
+        -7: 7,
+        -8: 8,
+        -15: 9,
+        -16: 10,
+        -32: 12,
+        -127: 15,
+        -128: 15,
+        -5000: 15,
+        1: 17,
+        3: 19,
+        7: 23,
+        8: 24,
+        16: 26,
+        200: 31,
+    }
     r = torch.tensor(list(cases))
     assert relative_position_bucket(r, True, 32, 128).tolist() == list(cases.values())
 
 
 def test_bucket_hand_checked_values_unidirectional():
     # 32 buckets, all for the past: 16 exact, log(32/16)/log(128/16)*16 = 5.33 -> 21.
-    cases = {0: 0, 1: 0, 5: 0, 1000: 0, -1: 1, -15: 15, -16: 16, -32: 21, -128: 31, -10**6: 31}
+    cases = {0: 0, 1: 0, 5: 0, 1000: 0, -1: 1, -15: 15, -16: 16, -32: 21, -128: 31, -(10**6): 31}
     r = torch.tensor(list(cases))
     assert relative_position_bucket(r, False, 32, 128).tolist() == list(cases.values())
 
@@ -573,6 +589,7 @@ def test_fourier_features_bad_arguments_raise(kwargs, name):
 
 # --------------------------------------------------------------------------- ALiBi
 
+
 def test_alibi_slopes_for_powers_of_two_are_the_papers_geometric_sequence():
     from transformer_book.positional import alibi_slopes
 
@@ -588,7 +605,7 @@ def test_alibi_slopes_between_powers_of_two_interleave_the_next_power():
 
     # 6 heads: the 4 slopes of 4 heads, then slopes 1 and 3 of 8 heads (1/2 and 1/8)
     assert alibi_slopes(6).tolist() == [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]
-    assert alibi_slopes(3).tolist() == [2 ** -4, 2 ** -8, 2 ** -2]
+    assert alibi_slopes(3).tolist() == [2**-4, 2**-8, 2**-2]
     assert len(set(alibi_slopes(12).tolist())) == 12
 
 
@@ -601,7 +618,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
         for i in range(5):
             for j in range(5):
                 assert bias[h, i, j].item() == pytest.approx(-slopes[h].item() * abs(i - j))
-    torch.testing.assert_close(bias, bias.transpose(1, 2))                  # symmetric both ways
+    torch.testing.assert_close(bias, bias.transpose(1, 2))  # symmetric both ways
     causal = ALiBi(4, bidirectional=False)(5)
     assert torch.equal(causal.tril(), bias.tril()) and (causal.triu(1) == 0).all()
 
@@ -645,7 +662,9 @@ def test_the_factory_knows_four_encodings_in_three_ways():
     assert position_names(("bias", "rotation")) == ("alibi", "rotary")
     assert position_names() == POSITIONS
     for ways in ((), "embedding", ("embedding", "table")):
-        with pytest.raises(ValueError, match="ways must be a non-empty collection of 'embedding', 'bias' or 'rotation'"):
+        with pytest.raises(
+            ValueError, match="ways must be a non-empty collection of 'embedding', 'bias' or 'rotation'"
+        ):
             position_names(ways)
 
 
@@ -661,7 +680,7 @@ def test_the_factory_builds_each_encoding_for_the_models_sizes():
     rotary = position_encoding("rotary", **sizes, base=500.0)
     assert type(rotary) is RotaryEmbedding and rotary.d_head == 4 and rotary.base == 500.0
     assert all(isinstance(e, PositionEncoding) for e in (learned, sinusoidal, encoder, rotary))
-    for encoding in (learned, sinusoidal):                               # no dropout inside: the model drops out
+    for encoding in (learned, sinusoidal):  # no dropout inside: the model drops out
         assert encoding.dropout.p == 0.0
 
 
@@ -670,17 +689,17 @@ def test_each_encoding_answers_for_the_three_ways():
     for name in POSITIONS:
         encoding = position_encoding(name, d_model=8, n_heads=2, max_len=16).eval()
         added, bias, rotary = encoding.add(x, 3), encoding.attention_bias(5, 9), encoding.rotary
-        if name in ("learned", "sinusoidal"):                             # added to the embeddings
+        if name in ("learned", "sinusoidal"):  # added to the embeddings
             table = encoding.embedding.weight if name == "learned" else encoding.pe
             torch.testing.assert_close(added, x + table[3:8], rtol=0, atol=0)
-            torch.testing.assert_close(encoding(x, 3), added, rtol=0, atol=0)   # forward = dropout(add)
+            torch.testing.assert_close(encoding(x, 3), added, rtol=0, atol=0)  # forward = dropout(add)
             assert bias is None and rotary is None
-        elif name == "alibi":                                             # a bias on the scores
-            slopes = torch.tensor([2.0 ** -4, 2.0 ** -8])
+        elif name == "alibi":  # a bias on the scores
+            slopes = torch.tensor([2.0**-4, 2.0**-8])
             distance = (torch.arange(4, 9)[:, None] - torch.arange(9)[None, :]).abs().float()  # queries 4..8
             torch.testing.assert_close(bias, -slopes[:, None, None] * distance, rtol=0, atol=0)
             assert added is x and rotary is None
-        else:                                                             # rotations of q and k
+        else:  # rotations of q and k
             assert rotary is encoding and rotary.d_head == 4
             assert added is x and bias is None
 
@@ -690,31 +709,43 @@ def test_initialise_false_leaves_the_table_as_nn_embedding_draws_it():
     table = position_encoding("learned", d_model=8, n_heads=2, max_len=6, initialise=False).embedding.weight
     after = torch.rand(3)
     torch.manual_seed(0)
-    reference = nn.Embedding(6, 8).weight                                # one draw from N(0, 1), nothing more
+    reference = nn.Embedding(6, 8).weight  # one draw from N(0, 1), nothing more
     assert torch.equal(table, reference) and torch.equal(after, torch.rand(3))
     torch.manual_seed(0)
     drawn = position_encoding("learned", d_model=8, n_heads=2, max_len=6).embedding.weight
     torch.manual_seed(0)
-    assert torch.equal(drawn, LearnedPositionalEmbedding(6, 8).embedding.weight)   # N(0, 0.02^2) redrawn
+    assert torch.equal(drawn, LearnedPositionalEmbedding(6, 8).embedding.weight)  # N(0, 0.02^2) redrawn
     with pytest.raises(ValueError, match="initialise must be a bool"):
         LearnedPositionalEmbedding(6, 8, initialise=1)
 
 
 def test_the_factory_refuses_names_and_sizes_clearly():
     sizes = dict(d_model=8, n_heads=2, max_len=16)
-    with pytest.raises(ValueError, match=r"^position_encoding: unknown position 'rope'; position_encoding takes "
-                                         r"'learned', 'sinusoidal', 'alibi' or 'rotary'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^position_encoding: unknown position 'rope'; position_encoding takes "
+        r"'learned', 'sinusoidal', 'alibi' or 'rotary'$",
+    ):
         position_encoding("rope", **sizes)
     with pytest.raises(ValueError, match=r"^M: unknown position None; M takes 'learned' or 'sinusoidal'$"):
         position_encoding(None, **sizes, ways=("embedding",), where="M")
-    with pytest.raises(ValueError, match=r"^M: position 'alibi' adds a bias to the attention scores, which M does "
-                                         r"not take; choose 'learned', 'sinusoidal' or 'rotary'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^M: position 'alibi' adds a bias to the attention scores, which M does "
+        r"not take; choose 'learned', 'sinusoidal' or 'rotary'$",
+    ):
         position_encoding("alibi", **sizes, ways=("embedding", "rotation"), where="M")
-    with pytest.raises(ValueError, match=r"^M: position 'learned' adds a vector to each embedding, which M does not "
-                                         r"take; choose 'alibi'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^M: position 'learned' adds a vector to each embedding, which M does not "
+        r"take; choose 'alibi'$",
+    ):
         position_encoding("learned", **sizes, ways=("bias",), where="M")
-    with pytest.raises(ValueError, match=r"^M: position 'sinusoidal' does not fit d_model=7, n_heads=1, max_len=16: "
-                                         r"SinusoidalPositionalEncoding: d_model must be an even int >= 2, got 7$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^M: position 'sinusoidal' does not fit d_model=7, n_heads=1, max_len=16: "
+        r"SinusoidalPositionalEncoding: d_model must be an even int >= 2, got 7$",
+    ):
         position_encoding("sinusoidal", d_model=7, n_heads=1, max_len=16, where="M")
     with pytest.raises(ValueError, match="M: max_len must be a positive int, got 0"):
         position_encoding("learned", d_model=8, n_heads=2, max_len=0, where="M")
@@ -750,21 +781,36 @@ def test_every_encoding_names_itself_and_the_argument_it_refuses():
     cases = [
         (lambda: SinusoidalPositionalEncoding(8, max_len=0), f"{sinusoidal}: max_len must be a positive int, got 0"),
         (lambda: SinusoidalPositionalEncoding(0), f"{sinusoidal}: d_model must be an int >= 2, got 0"),
-        (lambda: SinusoidalPositionalEncoding(8, dropout=-0.1), rf"{sinusoidal}: dropout must lie in \[0, 1\], got -0.1"),
+        (
+            lambda: SinusoidalPositionalEncoding(8, dropout=-0.1),
+            rf"{sinusoidal}: dropout must lie in \[0, 1\], got -0.1",
+        ),
         (lambda: SinusoidalPositionalEncoding(8, base=1), f"{sinusoidal}: base must be a finite real > 1, got 1"),
         (lambda: LearnedPositionalEmbedding(4, True), f"{learned}: d_model must be a positive int, got True"),
         (lambda: LearnedPositionalEmbedding(4, 8, dropout=1.5), rf"{learned}: dropout must lie in \[0, 1\], got 1.5"),
-        (lambda: LearnedPositionalEmbedding(4, 8)(torch.zeros(1, 2, 8), -1),
-         f"{learned}: offset must be a non-negative int, got -1"),
+        (
+            lambda: LearnedPositionalEmbedding(4, 8)(torch.zeros(1, 2, 8), -1),
+            f"{learned}: offset must be a non-negative int, got -1",
+        ),
         (lambda: RelativePositionBias(0), f"{t5}: n_heads must be a positive int, got 0"),
         (lambda: RelativePositionBias(2)(0, 3), f"{t5}: n must be a positive int, got 0"),
-        (lambda: RelativePositionBias(2, num_buckets=9),
-         f"{t5}: num_buckets must be an even int >= 4 when bidirectional, got 9"),
-        (lambda: RelativePositionBias(2, num_buckets=8, max_distance=2), f"{t5}: max_distance must be an int >= 3, got 2"),
-        (lambda: RelativePositionBias(2, num_buckets=8, max_distance=4, bidirectional=False),
-         f"{t5}: max_distance must be an int >= 5, got 4"),
+        (
+            lambda: RelativePositionBias(2, num_buckets=9),
+            f"{t5}: num_buckets must be an even int >= 4 when bidirectional, got 9",
+        ),
+        (
+            lambda: RelativePositionBias(2, num_buckets=8, max_distance=2),
+            f"{t5}: max_distance must be an int >= 3, got 2",
+        ),
+        (
+            lambda: RelativePositionBias(2, num_buckets=8, max_distance=4, bidirectional=False),
+            f"{t5}: max_distance must be an int >= 5, got 4",
+        ),
         (lambda: RotaryEmbedding(7), "RotaryEmbedding: d_head must be an even int >= 2, got 7"),
-        (lambda: LearnableFourierFeatures(8, gamma=float("inf")), f"{fourier}: gamma must be a finite real > 0, got inf"),
+        (
+            lambda: LearnableFourierFeatures(8, gamma=float("inf")),
+            f"{fourier}: gamma must be a finite real > 0, got inf",
+        ),
         (lambda: LearnableFourierFeatures(8, n_features=3), f"{fourier}: n_features must be an even int >= 2, got 3"),
         (lambda: offset_matrix(float("nan"), 8), "offset_matrix: k must be a finite real, got nan"),
         (lambda: sinusoidal_encoding(0, 8), "sinusoidal_encoding: n_positions must be a positive int, got 0"),
@@ -777,10 +823,12 @@ def test_every_encoding_names_itself_and_the_argument_it_refuses():
 def test_the_added_tables_take_a_dropout_of_one():
     """The two tables added to the embeddings accept dropout in [0, 1], 1 included (as before)."""
     x = torch.randn(2, 3, 8)
-    for encoding in (SinusoidalPositionalEncoding(8, max_len=4, dropout=1.0),
-                     LearnedPositionalEmbedding(4, 8, dropout=1.0)):
+    for encoding in (
+        SinusoidalPositionalEncoding(8, max_len=4, dropout=1.0),
+        LearnedPositionalEmbedding(4, 8, dropout=1.0),
+    ):
         assert encoding.dropout.p == 1.0
-        assert torch.equal(encoding.train()(x), torch.zeros_like(x))            # everything dropped in training
+        assert torch.equal(encoding.train()(x), torch.zeros_like(x))  # everything dropped in training
 
 
 def test_the_bias_module_buckets_as_the_function_does():

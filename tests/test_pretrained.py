@@ -28,8 +28,19 @@ def seeded(model_class, config):
 
 
 def hf_bert(**changes):
-    config = transformers.BertConfig(**{**dict(vocab_size=60, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
-                                               intermediate_size=40, max_position_embeddings=32), **changes})
+    config = transformers.BertConfig(
+        **{
+            **dict(
+                vocab_size=60,
+                hidden_size=24,
+                num_hidden_layers=2,
+                num_attention_heads=3,
+                intermediate_size=40,
+                max_position_embeddings=32,
+            ),
+            **changes,
+        }
+    )
     return seeded(transformers.BertForPreTraining, config)
 
 
@@ -47,12 +58,13 @@ def test_random_bert_matches_transformers_to_1e5():
     theirs = hf_bert()
     ours = load_hf_bert(theirs, bert_config_from_hf(theirs.config)).eval()
     assert ours.missing_from_checkpoint == []
-    assert ours.config.position == "learned"                       # BERT's table, under the book's name for it
+    assert ours.config.position == "learned"  # BERT's table, under the book's name for it
     assert torch.equal(ours.positional.embedding.weight, theirs.bert.embeddings.position_embeddings.weight)
     tokens, segments = batch()
     with torch.no_grad():
-        expected = theirs(input_ids=tokens, token_type_ids=segments, attention_mask=(tokens != 0).long(),
-                          output_hidden_states=True)
+        expected = theirs(
+            input_ids=tokens, token_type_ids=segments, attention_mask=(tokens != 0).long(), output_hidden_states=True
+        )
         out = ours(tokens, segments)
     torch.testing.assert_close(out.hidden, expected.hidden_states[-1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out.mlm_logits, expected.prediction_logits, rtol=1e-5, atol=1e-5)
@@ -73,8 +85,15 @@ def test_a_bare_bert_model_loads_without_its_heads():
     base = transformers.BertModel(theirs.config).eval()
     base.load_state_dict(theirs.bert.state_dict())
     ours = load_hf_bert(base.state_dict(), bert_config_from_hf(theirs.config)).eval()
-    assert set(ours.missing_from_checkpoint) == {"mlm_transform.weight", "mlm_transform.bias", "mlm_norm.gamma",
-                                                 "mlm_norm.beta", "mlm_bias", "nsp.weight", "nsp.bias"}
+    assert set(ours.missing_from_checkpoint) == {
+        "mlm_transform.weight",
+        "mlm_transform.bias",
+        "mlm_norm.gamma",
+        "mlm_norm.beta",
+        "mlm_bias",
+        "nsp.weight",
+        "nsp.bias",
+    }
     tokens, segments = batch()
     with torch.no_grad():
         expected = base(input_ids=tokens, token_type_ids=segments, attention_mask=(tokens != 0).long())
@@ -97,8 +116,12 @@ def test_mismatches_are_named():
 
 
 def hf_gpt2(**changes):
-    config = transformers.GPT2Config(**{**dict(vocab_size=50, n_positions=16, n_embd=12, n_layer=2, n_head=3,
-                                               bos_token_id=0, eos_token_id=0), **changes})
+    config = transformers.GPT2Config(
+        **{
+            **dict(vocab_size=50, n_positions=16, n_embd=12, n_layer=2, n_head=3, bos_token_id=0, eos_token_id=0),
+            **changes,
+        }
+    )
     return seeded(transformers.GPT2LMHeadModel, config)
 
 

@@ -57,8 +57,17 @@ def test_documents_from_a_hand_written_file(fetched):
     path, calls = fetched
     path.write_text(FAKE_WIKITEXT, encoding="utf-8")
     assert wikitext2_documents("valid", download=False) == [
-        ["Alpha is a letter .", "It has-marks , like 1,000 and 2.5 !", "Does it ?", "Yes",
-         "The letter [UNK] is used .", "Legend : GP", "= Goals ; A =", "Assists", "Last one ."],
+        [
+            "Alpha is a letter .",
+            "It has-marks , like 1,000 and 2.5 !",
+            "Does it ?",
+            "Yes",
+            "The letter [UNK] is used .",
+            "Legend : GP",
+            "= Goals ; A =",
+            "Assists",
+            "Last one .",
+        ],
         ["First .", "Second ."],  # Beta has one sentence: dropped
     ]
     assert calls == [("wikitext2", "valid.txt", False)]
@@ -81,6 +90,7 @@ def test_wikitext2_valid_documents():
 
 
 # ----------------------------------------------------------------------------- sentence pairs
+
 
 def fake_documents(sizes):
     return [[f"d{d}s{i}" for i in range(size)] for d, size in enumerate(sizes)]
@@ -124,7 +134,7 @@ def test_random_sentences_are_uniform_over_the_other_documents():
     # doc 1 holds 1000 of the 4000 other sentences
     assert within_binomial(sum(d == 1 for d, _ in from_doc0), len(from_doc0), 0.25)
     index = np.array([i for d, i in from_doc0 if d == 2], dtype=float)  # uniform on 0..2999
-    mean, sd = (3000 - 1) / 2, math.sqrt((3000 ** 2 - 1) / 12)
+    mean, sd = (3000 - 1) / 2, math.sqrt((3000**2 - 1) / 12)
     assert abs(index.mean() - mean) < 5 * sd / math.sqrt(len(index))
 
 
@@ -148,6 +158,7 @@ def test_sentence_pair_errors():
 
 
 # ----------------------------------------------------------------------------- encoding
+
 
 class WordIds:
     """A stand-in tokenizer: one id per space-separated word, ids from 10 on."""
@@ -196,8 +207,11 @@ def test_encode_pair_errors():
 
 def test_encoded_pairs_pack_the_pairs():
     tok = WordIds()
-    pairs = [SentencePair("a b c", "d", True), SentencePair("e f g h i j", "k l m n", False),
-             SentencePair("o", "p q", False)]
+    pairs = [
+        SentencePair("a b c", "d", True),
+        SentencePair("e f g h i j", "k l m n", False),
+        SentencePair("o", "p q", False),
+    ]
     packed = encode_sentence_pairs(tok, pairs, max_len=8, chunk_size=2)
     assert len(packed) == 3
     assert packed.lengths.tolist() == [7, 8, 6]
@@ -245,15 +259,22 @@ def masked():
     lengths = torch.from_numpy(rng.integers(520, n + 1, size=rows))
     tokens[torch.arange(n)[None, :] >= lengths[:, None]] = PAD_ID
     maskable = maskable_positions(tokens, [PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID])
-    inputs, targets = mask_tokens(tokens, maskable=maskable, mask_id=MASK_ID, vocab_size=V,
-                                  first_normal_id=FIRST_NORMAL, generator=torch.Generator().manual_seed(0))
+    inputs, targets = mask_tokens(
+        tokens,
+        maskable=maskable,
+        mask_id=MASK_ID,
+        vocab_size=V,
+        first_normal_id=FIRST_NORMAL,
+        generator=torch.Generator().manual_seed(0),
+    )
     return tokens, maskable, inputs, targets
 
 
 def test_maskable_positions_exclude_the_specials():
     tokens = torch.tensor([[CLS_ID, 7, UNK_ID, SEP_ID, 9, SEP_ID, PAD_ID]])
-    assert maskable_positions(tokens, [PAD_ID, CLS_ID, SEP_ID]).tolist() == [[False, True, True, False, True,
-                                                                              False, False]]
+    assert maskable_positions(tokens, [PAD_ID, CLS_ID, SEP_ID]).tolist() == [
+        [False, True, True, False, True, False, False]
+    ]
     with pytest.raises(ValueError, match="maskable_positions: tokens must be an integer tensor"):
         maskable_positions(tokens.float(), [0])
 
@@ -301,15 +322,21 @@ def test_masking_depends_only_on_the_generator_state():
     other = mask_tokens(tokens, generator=torch.Generator().manual_seed(6), **kwargs)
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     assert not torch.equal(first[1], other[1])
-    everything, targets = mask_tokens(tokens, generator=torch.Generator().manual_seed(5), select_prob=1.0,
-                                      mask_prob=1.0, random_prob=0.0, **kwargs)
+    everything, targets = mask_tokens(
+        tokens, generator=torch.Generator().manual_seed(5), select_prob=1.0, mask_prob=1.0, random_prob=0.0, **kwargs
+    )
     assert (everything == MASK_ID).all() and torch.equal(targets, tokens)
 
 
 def test_mask_tokens_errors():
     tokens = torch.full((2, 4), 7)
-    good = dict(maskable=torch.ones(2, 4, dtype=torch.bool), mask_id=MASK_ID, vocab_size=10, first_normal_id=5,
-                generator=torch.Generator())
+    good = dict(
+        maskable=torch.ones(2, 4, dtype=torch.bool),
+        mask_id=MASK_ID,
+        vocab_size=10,
+        first_normal_id=5,
+        generator=torch.Generator(),
+    )
     cases = [
         (dict(tokens=tokens.int()), r"tokens must be a \(B, n\) int64 tensor, got shape \(2, 4\), dtype torch.int32"),
         (dict(tokens=tokens[0]), r"tokens must be a \(B, n\) int64 tensor"),
@@ -332,6 +359,7 @@ def test_mask_tokens_errors():
 
 
 # ----------------------------------------------------------------------------- batches
+
 
 def example_pairs(count=50, seed=0):
     """Pairs of distinct lengths 5, 6, ..., so that a batch row's length names its pair."""
@@ -404,12 +432,11 @@ def test_each_epoch_visits_every_pair_once_with_fresh_masks(one_thread):
     # the same pair in two epochs: masked afresh (dynamic masking)
     first = {p: batches(i).targets[r] for i, b in enumerate(epochs[0]) for r, p in enumerate(b)}
     second = {p: batches(7 + i).targets[r] for i, b in enumerate(epochs[1]) for r, p in enumerate(b)}
-    assert sum(not torch.equal(first[p][:5 + p], second[p][:5 + p]) for p in range(50)) > 40
+    assert sum(not torch.equal(first[p][: 5 + p], second[p][: 5 + p]) for p in range(50)) > 40
 
 
 def test_validation_batches_repeat_exactly(one_thread):
-    batches = PretrainingBatches(EncodedPairs.from_examples(example_pairs()), 16, vocab_size=40, seed=4,
-                                 shuffle=False)
+    batches = PretrainingBatches(EncodedPairs.from_examples(example_pairs()), 16, vocab_size=40, seed=4, shuffle=False)
     first, second = list(batches), list(batches)
     assert len(first) == len(batches) == 4
     for x, y, step in zip(first, second, range(4)):
@@ -465,12 +492,15 @@ def test_batch_errors():
 
 # ----------------------------------------------------------------------------- packed documents
 
+
 def word_documents(n_documents=40, seed=0):
     """Documents of sentences whose every word is unique and says where it stands: d3s4w1 is
     word 1 of sentence 4 of document 3."""
     rng = np.random.default_rng(seed)
-    return [[" ".join(f"d{d}s{s}w{w}" for w in range(int(rng.integers(1, 9))))
-             for s in range(int(rng.integers(1, 25)))] for d in range(n_documents)]
+    return [
+        [" ".join(f"d{d}s{s}w{w}" for w in range(int(rng.integers(1, 9)))) for s in range(int(rng.integers(1, 25)))]
+        for d in range(n_documents)
+    ]
 
 
 def places_of(tok, ids):
@@ -493,12 +523,13 @@ def test_packed_text_is_every_document_in_order_cut_at_sentences():
     for ids, segments, _ in packed:
         assert ids[0] == CLS_ID and ids[-1] == SEP_ID and set(segments) == {0}
         places = places_of(tok, ids)
-        assert len({d for d, _, _ in places}) == 1                     # never across documents
-        assert places[0][2] == 0                                       # starts a sentence (none is longer than 18)
+        assert len({d for d, _, _ in places}) == 1  # never across documents
+        assert places[0][2] == 0  # starts a sentence (none is longer than 18)
         read += places
-    expected = [(d, s, w) for d, doc in enumerate(docs) for s, sentence in enumerate(doc)
-                for w in range(len(sentence.split()))]
-    assert read == expected                                            # nothing lost, nothing repeated
+    expected = [
+        (d, s, w) for d, doc in enumerate(docs) for s, sentence in enumerate(doc) for w in range(len(sentence.split()))
+    ]
+    assert read == expected  # nothing lost, nothing repeated
     batch = PretrainingBatches(packed, 8, vocab_size=10 + len(tok.ids))(0)
     assert (batch.segments == 0).all()
 
@@ -507,7 +538,7 @@ def test_a_sentence_longer_than_the_sequence_is_cut():
     tok = WordIds()
     docs = [[" ".join(f"d0s0w{w}" for w in range(30)), "d0s1w0"]]
     packed = pretraining.pack_documents(tok, docs, max_len=12, nsp=False)
-    assert packed.lengths.tolist() == [12, 12, 12, 3]      # 10 + 10 + 10 pieces, then the next sentence
+    assert packed.lengths.tolist() == [12, 12, 12, 3]  # 10 + 10 + 10 pieces, then the next sentence
     assert [w for ids, _, _ in packed for _, _, w in places_of(tok, ids)] == list(range(30)) + [0]
 
 
@@ -525,18 +556,20 @@ def test_segment_pairs_follow_on_or_come_from_another_document():
             assert a[0][0] == b[0][0]
             last, first = a[-1], b[0]
             sentence = docs[last[0]][last[1]].split()
-            follows = (first[1:] == (last[1], last[2] + 1)) or \
-                (first[1:] == (last[1] + 1, 0) and last[2] == len(sentence) - 1)
-            assert follows                                               # B continues A's text exactly
+            follows = (first[1:] == (last[1], last[2] + 1)) or (
+                first[1:] == (last[1] + 1, 0) and last[2] == len(sentence) - 1
+            )
+            assert follows  # B continues A's text exactly
             own += a + b
         else:
-            assert a[0][0] != b[0][0]                                    # B from another document
+            assert a[0][0] != b[0][0]  # B from another document
             own += a
     n_next = int(packed.is_next.sum())
     assert within_binomial(n_next, len(packed), 0.5)
-    expected = [(d, s, w) for d, doc in enumerate(docs) for s, sentence in enumerate(doc)
-                for w in range(len(sentence.split()))]
-    assert sorted(own) == expected                                       # the text of the documents, once each
+    expected = [
+        (d, s, w) for d, doc in enumerate(docs) for s, sentence in enumerate(doc) for w in range(len(sentence.split()))
+    ]
+    assert sorted(own) == expected  # the text of the documents, once each
 
 
 def test_packing_depends_only_on_the_seed():
@@ -560,7 +593,7 @@ def test_pack_documents_errors():
         pretraining.pack_documents(WordIds(), docs, 20, seed=-1)
     with pytest.raises(ValueError, match="at least 2 documents"):
         pretraining.pack_documents(WordIds(), docs[:1], 20, nsp=True)
-    pretraining.pack_documents(WordIds(), docs[:1], 20, nsp=False)        # text needs one document only
+    pretraining.pack_documents(WordIds(), docs[:1], 20, nsp=False)  # text needs one document only
     with pytest.raises(ValueError, match="every sentence must be a str"):
         pretraining.pack_documents(WordIds(), [["a b", 3], ["c"]], 20)
     with pytest.raises(ValueError, match="no sentence encodes to any piece"):

@@ -11,8 +11,29 @@ from transformer_book.models.modern import ModernGPT, ModernGPTConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-VOCAB = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "it", "was", "great", "terrible",
-                                      "a", "fine", "film", ".", "!", "n/a", "very"])}
+VOCAB = {
+    w: i
+    for i, w in enumerate(
+        [
+            "[PAD]",
+            "[UNK]",
+            "[CLS]",
+            "[SEP]",
+            "[MASK]",
+            "it",
+            "was",
+            "great",
+            "terrible",
+            "a",
+            "fine",
+            "film",
+            ".",
+            "!",
+            "n/a",
+            "very",
+        ]
+    )
+}
 
 
 def encode(text):
@@ -37,17 +58,20 @@ def test_label_word_ids_requires_single_pieces():
 
 
 def test_cloze_inputs_lay_out_template_text_and_mask():
-    inputs = prompting.cloze_inputs(encode, ["a fine film", "film"], "{text} it was [MASK] .", cls_id=2, sep_id=3,
-                                    mask_id=4, max_len=32)
+    inputs = prompting.cloze_inputs(
+        encode, ["a fine film", "film"], "{text} it was [MASK] .", cls_id=2, sep_id=3, mask_id=4, max_len=32
+    )
     assert inputs == [[2, 9, 10, 11, 5, 6, 4, 12, 3], [2, 11, 5, 6, 4, 12, 3]]
     # the mask may come first, and the template's words are never cut; the text loses its end
-    (first,) = prompting.cloze_inputs(encode, ["a fine film"], "[MASK] ! {text}", cls_id=2, sep_id=3, mask_id=4,
-                                      max_len=6)
+    (first,) = prompting.cloze_inputs(
+        encode, ["a fine film"], "[MASK] ! {text}", cls_id=2, sep_id=3, mask_id=4, max_len=6
+    )
     assert first == [2, 4, 13, 9, 10, 3]
 
 
-@pytest.mark.parametrize("template", ["{text} it was .", "it was [MASK] .", "{text} [MASK] [MASK]",
-                                      "{text} {text} [MASK]"])
+@pytest.mark.parametrize(
+    "template", ["{text} it was .", "it was [MASK] .", "{text} [MASK] [MASK]", "{text} {text} [MASK]"]
+)
 def test_cloze_inputs_need_one_text_and_one_mask(template):
     with pytest.raises(ValueError, match="once each"):
         prompting.cloze_inputs(encode, ["film"], template, cls_id=2, sep_id=3, mask_id=4, max_len=32)
@@ -55,8 +79,9 @@ def test_cloze_inputs_need_one_text_and_one_mask(template):
 
 def test_cloze_inputs_refuse_a_template_that_leaves_no_room():
     with pytest.raises(ValueError, match="no room for the text"):
-        prompting.cloze_inputs(encode, ["film"], "{text} it was very very [MASK] .", cls_id=2, sep_id=3, mask_id=4,
-                               max_len=8)
+        prompting.cloze_inputs(
+            encode, ["film"], "{text} it was very very [MASK] .", cls_id=2, sep_id=3, mask_id=4, max_len=8
+        )
 
 
 def test_mask_log_probs_is_the_mlm_head_at_the_mask():
@@ -82,8 +107,15 @@ def test_mask_log_probs_needs_exactly_one_mask_per_row_and_restores_the_mode():
 
 def test_cloze_scores_match_one_input_at_a_time_whatever_the_batch():
     model = tiny_bert(1)
-    inputs = prompting.cloze_inputs(encode, ["a fine film", "film", "a film it was very fine"], "{text} it was [MASK] .",
-                                    cls_id=2, sep_id=3, mask_id=4, max_len=32)
+    inputs = prompting.cloze_inputs(
+        encode,
+        ["a fine film", "film", "a film it was very fine"],
+        "{text} it was [MASK] .",
+        cls_id=2,
+        sep_id=3,
+        mask_id=4,
+        max_len=32,
+    )
     batched = prompting.cloze_scores(model, inputs, [8, 7], mask_id=4, batch_size=2)
     for row, ids in zip(batched, inputs):
         alone = prompting.mask_log_probs(model, torch.tensor([ids]), mask_id=4)[0, [8, 7]]
@@ -104,10 +136,13 @@ def test_next_token_log_probs_ignore_right_padding():
         prompting.next_token_log_probs(gpt, [[1] * 17])
 
 
-@pytest.mark.parametrize("make", [
-    lambda: GPT(GPTConfig(vocab_size=20, context=32, d_model=16, n_heads=2, n_layers=2)),
-    lambda: ModernGPT(ModernGPTConfig(vocab_size=20, context=32, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2)),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GPT(GPTConfig(vocab_size=20, context=32, d_model=16, n_heads=2, n_layers=2)),
+        lambda: ModernGPT(ModernGPTConfig(vocab_size=20, context=32, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2)),
+    ],
+)
 def test_a_shared_prefix_computed_once_gives_the_full_prompts_numbers(make):
     torch.manual_seed(0)
     model = make().eval()

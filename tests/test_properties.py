@@ -33,10 +33,10 @@ def test_weights_are_distributions_over_the_kept_keys(b, n, m, d, seed, masked):
     mask = random_mask(seed, b, n, m) if masked else torch.zeros(b, n, m, dtype=torch.bool)
     out, w = scaled_dot_product_attention(q, k, v, mask)
     assert torch.isfinite(out).all() and torch.isfinite(w).all()
-    assert (w >= 0).all() and (w[mask] == 0).all()                          # excluded keys get no weight
+    assert (w >= 0).all() and (w[mask] == 0).all()  # excluded keys get no weight
     alive = ~mask.all(-1)
-    torch.testing.assert_close(w.sum(-1)[alive], torch.ones_like(w.sum(-1)[alive]))   # rows sum to one
-    assert (w[~alive] == 0).all() and (out[~alive] == 0).all()              # fully masked rows: zeros, not NaN
+    torch.testing.assert_close(w.sum(-1)[alive], torch.ones_like(w.sum(-1)[alive]))  # rows sum to one
+    assert (w[~alive] == 0).all() and (out[~alive] == 0).all()  # fully masked rows: zeros, not NaN
 
 
 @PROPERTY
@@ -49,7 +49,7 @@ def test_permuting_queries_permutes_outputs_and_permuting_keys_changes_nothing(n
     out_q, _ = scaled_dot_product_attention(q[pq], k, v)
     out_k, w_k = scaled_dot_product_attention(q, k[pk], v[pk])
     torch.testing.assert_close(out_q, out[pq])
-    torch.testing.assert_close(out_k, out)                 # attention is a set operation over keys
+    torch.testing.assert_close(out_k, out)  # attention is a set operation over keys
     torch.testing.assert_close(w_k, w[:, pk])
 
 
@@ -69,10 +69,10 @@ def test_self_attention_without_positions_is_permutation_equivariant(n, d_head, 
 @given(b=sizes, n=sizes, m=sizes, d=sizes, seed=seeds)
 def test_excluded_keys_have_no_influence(b, n, m, d, seed):
     q, k, v = tensors(seed, b, n, d), tensors(seed + 2, b, m, d), tensors(seed + 3, b, m, d)
-    excluded = random_mask(seed, b, 1, m)                      # the same keys excluded for every query
+    excluded = random_mask(seed, b, 1, m)  # the same keys excluded for every query
     out, _ = scaled_dot_product_attention(q, k, v, excluded)
     noise_k, noise_v = 1e3 * tensors(seed + 4, b, m, d), 1e3 * tensors(seed + 5, b, m, d)
-    where = excluded.transpose(-1, -2)                        # (b, m, 1): rows of k and v
+    where = excluded.transpose(-1, -2)  # (b, m, 1): rows of k and v
     out2, _ = scaled_dot_product_attention(q, torch.where(where, noise_k, k), torch.where(where, noise_v, v), excluded)
     torch.testing.assert_close(out2, out)
 
@@ -80,25 +80,35 @@ def test_excluded_keys_have_no_influence(b, n, m, d, seed):
 @PROPERTY
 @given(n=st.integers(2, 7), seed=seeds, cut=st.integers(0, 6), norm_first=st.booleans())
 def test_causal_outputs_do_not_depend_on_the_future(n, seed, cut, norm_first):
-    cut = cut % (n - 1)                                        # positions 0..cut stay, the rest change
+    cut = cut % (n - 1)  # positions 0..cut stay, the rest change
     torch.manual_seed(seed % 10_000)
     layer = EncoderLayer(8, 2, 16, 0.0, norm_first=norm_first).double().eval()
     x = tensors(seed, 2, n, 8)
     y = x.clone()
-    y[:, cut + 1:] = tensors(seed + 9, 2, n - cut - 1, 8)
+    y[:, cut + 1 :] = tensors(seed + 9, 2, n - cut - 1, 8)
     mask = causal_mask(n)[None]
     torch.testing.assert_close(layer(y, mask)[:, : cut + 1], layer(x, mask)[:, : cut + 1])
 
 
 @PROPERTY
-@given(b=st.integers(1, 3), n=sizes, m=sizes, heads=st.integers(1, 3), seed=seeds,
-       kind=st.sampled_from(["none", "random", "causal", "all"]))
+@given(
+    b=st.integers(1, 3),
+    n=sizes,
+    m=sizes,
+    heads=st.integers(1, 3),
+    seed=seeds,
+    kind=st.sampled_from(["none", "random", "causal", "all"]),
+)
 def test_fast_and_explicit_attention_paths_agree(b, n, m, heads, seed, kind):
     torch.manual_seed(seed % 10_000)
     mha = MultiHeadAttention(4 * heads, heads).double().eval()
     q, kv = tensors(seed, b, n, 4 * heads), tensors(seed + 2, b, m, 4 * heads)
-    mask = {"none": None, "random": random_mask(seed, b, 1, n, m), "all": torch.ones(b, 1, n, m, dtype=torch.bool),
-            "causal": causal_mask(max(n, m))[None, :n, :m]}[kind]
+    mask = {
+        "none": None,
+        "random": random_mask(seed, b, 1, n, m),
+        "all": torch.ones(b, 1, n, m, dtype=torch.bool),
+        "causal": causal_mask(max(n, m))[None, :n, :m],
+    }[kind]
     explicit, _ = mha(q, kv, kv, mask, need_weights=True)
     fast, none = mha(q, kv, kv, mask, need_weights=False)
     assert none is None and torch.isfinite(fast).all()
@@ -112,9 +122,9 @@ def test_layernorm_is_invariant_to_shifting_and_scaling_its_input(b, d, seed, sc
     with torch.no_grad():
         norm.gamma.copy_(tensors(seed + 1, d))
         norm.beta.copy_(tensors(seed + 2, d))
-    x = tensors(seed, b, d) + 0.1                              # rows with spread (a constant row has none)
+    x = tensors(seed, b, d) + 0.1  # rows with spread (a constant row has none)
     torch.testing.assert_close(norm(scale * x + shift), norm(x), rtol=1e-6, atol=1e-6)
     y = norm(x)
-    z = (y - norm.beta) / norm.gamma                           # before gamma and beta: mean 0, variance 1
+    z = (y - norm.beta) / norm.gamma  # before gamma and beta: mean 0, variance 1
     torch.testing.assert_close(z.mean(-1), torch.zeros(b, dtype=torch.float64), atol=1e-6, rtol=0)
     torch.testing.assert_close(z.var(-1, unbiased=False), torch.ones(b, dtype=torch.float64), atol=1e-5, rtol=0)

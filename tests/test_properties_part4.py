@@ -22,13 +22,24 @@ PROPERTY = settings(max_examples=30, deadline=None, derandomize=True, database=N
 
 
 @PROPERTY
-@given(n=st.integers(1, 20), m=st.integers(1, 20), d=st.integers(1, 9), block_q=st.integers(1, 8),
-       block_k=st.integers(1, 8), causal=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(1, 20),
+    m=st.integers(1, 20),
+    d=st.integers(1, 9),
+    block_q=st.integers(1, 8),
+    block_k=st.integers(1, 8),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_tiled_attention_equals_sdpa_for_any_lengths_and_blocks(n, m, d, block_q, block_k, causal, seed):
     g = torch.Generator().manual_seed(seed)
-    q, k, v = torch.randn(1, 2, n, d, generator=g), torch.randn(1, 2, m, d, generator=g), torch.randn(1, 2, m, d, generator=g)
+    q, k, v = (
+        torch.randn(1, 2, n, d, generator=g),
+        torch.randn(1, 2, m, d, generator=g),
+        torch.randn(1, 2, m, d, generator=g),
+    )
     got = tiled_attention(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
-    if causal:            # query i sees keys j <= i + m - n: rows that see none are zeros
+    if causal:  # query i sees keys j <= i + m - n: rows that see none are zeros
         visible = torch.arange(m)[None, :] <= torch.arange(n)[:, None] + m - n
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=visible).nan_to_num(0.0)
         want = torch.where(visible.any(-1)[:, None], want, torch.zeros(()))
@@ -38,8 +49,12 @@ def test_tiled_attention_equals_sdpa_for_any_lengths_and_blocks(n, m, d, block_q
 
 
 @PROPERTY
-@given(heads=st.sampled_from([(4, 1), (4, 2), (4, 4), (6, 3)]), n=st.integers(1, 10), split=st.integers(0, 9),
-       seed=st.integers(0, 2**16))
+@given(
+    heads=st.sampled_from([(4, 1), (4, 2), (4, 4), (6, 3)]),
+    n=st.integers(1, 10),
+    split=st.integers(0, 9),
+    seed=st.integers(0, 2**16),
+)
 def test_grouped_attention_with_a_cache_equals_one_full_pass(heads, n, split, seed):
     """Feeding a sequence in two parts through the KV cache gives the full pass's outputs."""
     torch.manual_seed(seed)
@@ -48,6 +63,7 @@ def test_grouped_attention_with_a_cache_equals_one_full_pass(heads, n, split, se
     x = torch.randn(2, n, 8 * n_heads)
     cut = split % n
     from transformer_book.attention import KVCache
+
     cache = KVCache()
     with torch.no_grad():
         full = layer(x)
@@ -66,8 +82,13 @@ def test_rms_norm_is_invariant_to_scaling_its_input(d, scale, seed):
 
 
 @PROPERTY
-@given(d_in=st.integers(1, 12), d_out=st.integers(1, 12), r=st.integers(1, 12), alpha=st.floats(0.5, 64.0),
-       seed=st.integers(0, 2**16))
+@given(
+    d_in=st.integers(1, 12),
+    d_out=st.integers(1, 12),
+    r=st.integers(1, 12),
+    alpha=st.floats(0.5, 64.0),
+    seed=st.integers(0, 2**16),
+)
 def test_a_merged_lora_layer_computes_what_the_unmerged_one_does(d_in, d_out, r, alpha, seed):
     r = min(r, d_in, d_out)
     torch.manual_seed(seed)
@@ -82,13 +103,19 @@ def test_a_merged_lora_layer_computes_what_the_unmerged_one_does(d_in, d_out, r,
 
 
 @PROPERTY
-@given(E=st.floats(0.5, 3.0), A=st.floats(10.0, 1e3), B=st.floats(10.0, 1e3), alpha=st.floats(0.1, 0.8),
-       beta=st.floats(0.1, 0.8), log_C=st.floats(15.0, 25.0))
+@given(
+    E=st.floats(0.5, 3.0),
+    A=st.floats(10.0, 1e3),
+    B=st.floats(10.0, 1e3),
+    alpha=st.floats(0.1, 0.8),
+    beta=st.floats(0.1, 0.8),
+    log_C=st.floats(15.0, 25.0),
+)
 def test_the_compute_optimal_split_spends_the_budget_and_beats_its_neighbours(E, A, B, alpha, beta, log_C):
     law = scaling.ScalingLaw(E, A, B, alpha, beta)
-    C = 10.0 ** log_C
+    C = 10.0**log_C
     best = law.compute_optimal(C)
     assert 6 * best.N * best.D == pytest.approx(C, rel=1e-9)
-    for factor in (0.8, 1.25):                   # any other split of the same compute does worse
+    for factor in (0.8, 1.25):  # any other split of the same compute does worse
         N = best.N * factor
         assert law.loss(N, C / (6 * N)) > best.loss

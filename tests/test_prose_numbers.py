@@ -18,30 +18,46 @@ NUMBER = re.compile(r"(?<![\w.$\\^{])(\d+\.\d{3,})(?![\w])")  # not a digit run,
 
 ALLOWED: dict[str, dict[str, str]] = {
     "05": {"0.0032": "sqrt(1e-5) = 0.00316, LayerNorm's default epsilon under the root"},
-    "07": {"0.784": "(400/650)^0.5 = 0.7845: the printed step-650 rate 7.845e-04 over the peak 1.000e-03",
-           "1.224": "the printed floor H(q) = 1.2237 nats for V = 8,000, eps = 0.1, rounded"},
-    "08": {"0.298": "sqrt(0.4) / sum sqrt(p) = 0.2984 for p = (0.4, 0.25, 0.2, 0.1, 0.05), softmax at T = 2",
-           "0.236": "sqrt(0.25) / sum sqrt(p) = 0.2359, the same T = 2 distribution",
-           "0.211": "sqrt(0.2) / sum sqrt(p) = 0.2110, the same T = 2 distribution",
-           "0.149": "sqrt(0.1) / sum sqrt(p) = 0.1492, the same T = 2 distribution",
-           "0.105": "sqrt(0.05) / sum sqrt(p) = 0.1055, the same T = 2 distribution",
-           "0.400": "the printed top-p kept [0.4, 0.317, 0.283] at T = 2 (0.4004), to three decimals",
-           "1.625": "6.5 / 4.0, the two hypotheses' log-probabilities; ln 1.625 / ln 1.5 = the printed 1.197"},
-    "09": {"1.447": "final validation loss, seed 0, reduce-overhead: benchmarks/results/gpt_speedrun_cuda.md",
-           "1.462": "final validation loss, seed 1, reduce-overhead: benchmarks/results/gpt_speedrun_cuda.md"},
-    "10": {"1.875": "30 / 16 = D / (#(fox) #(jumps)), printed as log(1 * 30 / 16)",
-           "0.629": "ln 1.875 = 0.6286, the printed PMI(fox, jumps)",
-           "0.511": "ln(30 / 18) = 0.5108, the printed PMI(the, lazy)"},
-    "11": {"2.618": "the golden ratio squared, phi^2 = 2.6180 (printed as phi^2 t = 0.002618 at t = 1e-3)",
-           "0.0125": "a learning rate the exercise asks for: half of word2vec's default 0.025"},
-    "14": {"0.693": "ln 2, the loss of a guess between two balanced classes",
-           "0.571": "4/7 = 0.5714, the printed F1 57.1 of 'Herons written by Simon Stephens'"},
+    "07": {
+        "0.784": "(400/650)^0.5 = 0.7845: the printed step-650 rate 7.845e-04 over the peak 1.000e-03",
+        "1.224": "the printed floor H(q) = 1.2237 nats for V = 8,000, eps = 0.1, rounded",
+    },
+    "08": {
+        "0.298": "sqrt(0.4) / sum sqrt(p) = 0.2984 for p = (0.4, 0.25, 0.2, 0.1, 0.05), softmax at T = 2",
+        "0.236": "sqrt(0.25) / sum sqrt(p) = 0.2359, the same T = 2 distribution",
+        "0.211": "sqrt(0.2) / sum sqrt(p) = 0.2110, the same T = 2 distribution",
+        "0.149": "sqrt(0.1) / sum sqrt(p) = 0.1492, the same T = 2 distribution",
+        "0.105": "sqrt(0.05) / sum sqrt(p) = 0.1055, the same T = 2 distribution",
+        "0.400": "the printed top-p kept [0.4, 0.317, 0.283] at T = 2 (0.4004), to three decimals",
+        "1.625": "6.5 / 4.0, the two hypotheses' log-probabilities; ln 1.625 / ln 1.5 = the printed 1.197",
+    },
+    "09": {
+        "1.447": "final validation loss, seed 0, reduce-overhead: benchmarks/results/gpt_speedrun_cuda.md",
+        "1.462": "final validation loss, seed 1, reduce-overhead: benchmarks/results/gpt_speedrun_cuda.md",
+    },
+    "10": {
+        "1.875": "30 / 16 = D / (#(fox) #(jumps)), printed as log(1 * 30 / 16)",
+        "0.629": "ln 1.875 = 0.6286, the printed PMI(fox, jumps)",
+        "0.511": "ln(30 / 18) = 0.5108, the printed PMI(the, lazy)",
+    },
+    "11": {
+        "2.618": "the golden ratio squared, phi^2 = 2.6180 (printed as phi^2 t = 0.002618 at t = 1e-3)",
+        "0.0125": "a learning rate the exercise asks for: half of word2vec's default 0.025",
+    },
+    "14": {
+        "0.693": "ln 2, the loss of a guess between two balanced classes",
+        "0.571": "4/7 = 0.5714, the printed F1 57.1 of 'Herons written by Simon Stephens'",
+    },
     "15": {"0.954": "1 - P(|z| > 2) = 1 - 0.0455 (printed P(outside) = 0.0455) = 0.9545"},
-    "19": {"0.095": "Kaplan et al. (2020)'s alpha_D, quoted from the paper",
-           "0.050": "Kaplan et al. (2020)'s alpha_C, quoted from the paper",
-           "0.057": "Gopher's law loss minus Chinchilla's, 1.99326 - 1.93665 = 0.0566 (printed 1.993 and 1.937)"},
-    "20": {"1.550": "chapter 9's validation loss in its earlier run (3,126 steps), the model this chapter's stored run "
-                    "loaded; quoted as such"},
+    "19": {
+        "0.095": "Kaplan et al. (2020)'s alpha_D, quoted from the paper",
+        "0.050": "Kaplan et al. (2020)'s alpha_C, quoted from the paper",
+        "0.057": "Gopher's law loss minus Chinchilla's, 1.99326 - 1.93665 = 0.0566 (printed 1.993 and 1.937)",
+    },
+    "20": {
+        "1.550": "chapter 9's validation loss in its earlier run (3,126 steps), the model this chapter's stored run "
+        "loaded; quoted as such"
+    },
 }
 
 
@@ -97,8 +113,9 @@ def _printed(number: str, chapter: str) -> bool:
 
 @pytest.mark.parametrize("chapter", sorted(CELLS))
 def test_every_number_in_the_prose_is_printed_or_explained(chapter: str) -> None:
-    unexplained = sorted({n for n in NUMBER.findall(CELLS[chapter][0])
-                          if n not in ALLOWED.get(chapter, {}) and not _printed(n, chapter)})
+    unexplained = sorted(
+        {n for n in NUMBER.findall(CELLS[chapter][0]) if n not in ALLOWED.get(chapter, {}) and not _printed(n, chapter)}
+    )
     assert not unexplained, f"chapter {chapter}'s prose quotes numbers no output shows: {unexplained}"
 
 

@@ -21,24 +21,25 @@ BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encod
 
 # first line of an example -> why it is not run by the tests
 NOT_RUN = {
-    "from transformers import BertForPreTraining, GPT2LMHeadModel":
-        "downloads bert-base-uncased and gpt2 from the Hugging Face hub (the tests check the same mapping offline)",
-    "from transformer_book import flops, objectives, training":
-        "a fragment: the reader's own train_batches, and CUDA graphs (compile_mode='reduce-overhead') need a GPU",
+    "from transformers import BertForPreTraining, GPT2LMHeadModel": "downloads bert-base-uncased and gpt2 from the Hugging Face hub (the tests check the same mapping offline)",
+    "from transformer_book import flops, objectives, training": "a fragment: the reader's own train_batches, and CUDA graphs (compile_mode='reduce-overhead') need a GPU",
     "# train.py": "a script for torchrun with elided lines (tests/test_distributed.py runs fit data-parallel)",
-    "from transformer_book.recipes import translator":
-        "load_or_train('tatoeba') trains chapter 7's translator for twenty minutes when the cache has none",
+    "from transformer_book.recipes import translator": "load_or_train('tatoeba') trains chapter 7's translator for twenty minutes when the cache has none",
 }
 # (text in an example, what the test runs instead): the same calls with small budgets
 SHRINK = [
     ("filling(120.0,", "filling(2.0,"),
-    ('data.load_wikitext2("train")                 #', 'data.load_wikitext2("train")[:5_000]        #'),
+    ('data.load_wikitext2("train")  #', 'data.load_wikitext2("train")[:5_000]  #'),
     ("recipe.replace(steps=2_000)", "recipe.replace(steps=10)"),
-    ("small_bert.Recipe()                    #", "small_bert.Recipe(n_documents=40)     #"),
-    ("TrainConfig(steps=800, lr=1e-3, schedule=\"cosine\", warmup_steps=80)",
-     "TrainConfig(steps=5, lr=1e-3, schedule=\"cosine\", warmup_steps=1)"),
-    ("TrainConfig(steps=2_000, lr=1e-3, schedule=\"cosine\", warmup_steps=100,",
-     "TrainConfig(steps=5, lr=1e-3, schedule=\"cosine\", warmup_steps=1,"),
+    ("small_bert.Recipe()  #", "small_bert.Recipe(n_documents=40)  #"),
+    (
+        'TrainConfig(steps=800, lr=1e-3, schedule="cosine", warmup_steps=80)',
+        'TrainConfig(steps=5, lr=1e-3, schedule="cosine", warmup_steps=1)',
+    ),
+    (
+        'TrainConfig(steps=2_000, lr=1e-3, schedule="cosine", warmup_steps=100,',
+        'TrainConfig(steps=5, lr=1e-3, schedule="cosine", warmup_steps=1,',
+    ),
     # the quick profile's BERT has 2,000 pieces, where 'bad' is two; the full one's 4,000 hold both words
     ('["bad", "good"]', '["the", "and"]'),
 ]
@@ -65,6 +66,7 @@ def test_the_examples_run_in_order_in_one_session(tmp_path: Path) -> None:
     script.write_text("import torch\ntorch.set_num_threads(1)\n\n" + source, encoding="utf-8")
     # the reader's own cache: the real checkpoints that .ci/run fetches, and quick-profile models trained here
     env = {**os.environ, "TB_PROFILE": "quick", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, "a README example failed:\n" + textwrap.indent(done.stderr[-4000:], "  ")

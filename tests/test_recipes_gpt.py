@@ -18,20 +18,28 @@ TINY = gpt.Sizes(context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
 def test_the_recipe_is_chapter_9s_optimiser_and_schedule():
     recipe = gpt.Recipe(TINY, batch=4, lr=1e-3, steps=200, warmup_steps=20, budget_s=5.0)
     config = recipe.train_config(seed=3)
-    assert (config.schedule, config.min_lr_ratio, config.betas, config.weight_decay) == ("cosine", 0.1, (0.9, 0.99), 0.1)
+    assert (config.schedule, config.min_lr_ratio, config.betas, config.weight_decay) == (
+        "cosine",
+        0.1,
+        (0.9, 0.99),
+        0.1,
+    )
     assert (config.steps, config.warmup_steps, config.lr, config.time_budget_s, config.seed) == (200, 20, 1e-3, 5.0, 3)
     assert (config.eval_every, config.log_every, config.smoothing, config.clip_norm) == (20, 4, 0.0, 1.0)
     assert recipe.model_config(30) == gpt.GPTConfig(30, context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
     assert gpt.recipe("full").sizes == gpt.LONG_SIZES and gpt.recipe("full").budget_s == 600.0
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(batch=0), "batch must be a positive int"),
-    (dict(steps=2.5), "steps must be a positive int"),
-    (dict(warmup_steps=-1), "warmup_steps must be a non-negative int"),
-    (dict(lr=float("nan")), "lr"),
-    (dict(budget_s=0.0), "budget_s"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(batch=0), "batch must be a positive int"),
+        (dict(steps=2.5), "steps must be a positive int"),
+        (dict(warmup_steps=-1), "warmup_steps must be a non-negative int"),
+        (dict(lr=float("nan")), "lr"),
+        (dict(budget_s=0.0), "budget_s"),
+    ],
+)
 def test_a_bad_recipe_is_refused_when_made(change, message):
     with pytest.raises(ValueError, match=message):
         gpt.Recipe(**{**dict(sizes=TINY), **change})
@@ -43,7 +51,7 @@ def test_sizes_are_typed_and_checked_when_made():
     with pytest.raises(ValueError, match="dropout must lie in"):
         TINY.replace(dropout=1.5)
     with pytest.raises(TypeError, match="n_layer"):
-        TINY.replace(n_layer=2)                                   # a misspelt size is an error, not ignored
+        TINY.replace(n_layer=2)  # a misspelt size is an error, not ignored
     with pytest.raises(TypeError, match="sizes must be a recipes.gpt.Sizes"):
         gpt.Recipe(dict(context=16, d_model=16, n_heads=2, n_layers=1, dropout=0.0))
 
@@ -51,7 +59,7 @@ def test_sizes_are_typed_and_checked_when_made():
 def test_filling_sets_the_steps_that_fill_the_budget(monkeypatch):
     monkeypatch.setattr(training, "seconds_per_step", lambda *args, **kwargs: 1 / 64)
     filled = gpt.Recipe(TINY, batch=4).filling(30.0, 20, device="cpu")
-    assert (filled.steps, filled.warmup_steps, filled.budget_s) == (1862, 100, 30.0)      # 97% of 30 s at 64 steps a second
+    assert (filled.steps, filled.warmup_steps, filled.budget_s) == (1862, 100, 30.0)  # 97% of 30 s at 64 steps a second
     short = gpt.Recipe(TINY, batch=4).filling(0.5, 20, device="cpu")
     assert (short.steps, short.warmup_steps) == (31, 3)
     assert dataclasses.replace(filled, steps=2_000, warmup_steps=100, budget_s=None) == gpt.Recipe(TINY, batch=4)
@@ -69,7 +77,7 @@ def test_train_is_seeded_and_learns():
     first = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", name="tiny")
     again = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", name="tiny")
     assert first.summary["val_loss"] == again.summary["val_loss"] and first.summary["steps"] == 60
-    assert first.history.val_loss[0][1] > first.summary["val_loss"] + 0.5      # it learned the repeated line
+    assert first.history.val_loss[0][1] > first.summary["val_loss"] + 0.5  # it learned the repeated line
     assert first.summary["parameters"] == sum(p.numel() for p in first.model.parameters()) and not first.model.training
     assert first.summary["tokens_per_s"] == pytest.approx(60 * 8 * 16 / first.summary["seconds"])
     with pytest.raises(ValueError, match="outside the vocabulary"):
@@ -85,7 +93,7 @@ def test_train_and_filling_take_another_model():
     built = []
 
     def build():
-        built.append(torch.rand(1).item())        # drawn after the seed: the same each run
+        built.append(torch.rand(1).item())  # drawn after the seed: the same each run
         return GPT(TINY.replace(n_layers=2).model_config(corpus.vocab_size))
 
     first = gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size, device="cpu", build=build)
@@ -116,8 +124,9 @@ def test_trains_once_then_loads(small_shakespeare, tmp_path):
 
 
 def test_load_or_train_refuses_another_model_or_vocabulary(small_shakespeare, tmp_path):
-    bert = checkpoints.save_model(tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32,
-                                                                         n_layers=1, max_len=16)))
+    bert = checkpoints.save_model(
+        tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16))
+    )
     with pytest.raises(ValueError, match=r"bert.pt holds a BERT with no tokenizer, not a GPT with no tokenizer"):
         gpt.load_or_train(path=bert, device="cpu")
     other = data.char_corpus("abcdefghij" * 100)
@@ -131,8 +140,14 @@ def test_save_then_load_or_train_round_trips(small_shakespeare, tmp_path):
     """What chapter 9 does: train, save with gpt.save, and a later chapter's load_or_train reads it back."""
     corpus = data.char_corpus(TEXT)
     val = gpt.validation_batches(corpus.val_ids, TINY.context, n_batches=2, batch=4)
-    run = gpt.train(gpt.Recipe(TINY, batch=4, lr=3e-3, steps=3, warmup_steps=1), corpus.train_ids, val,
-                    corpus.vocab_size, device="cpu", progress=False)
+    run = gpt.train(
+        gpt.Recipe(TINY, batch=4, lr=3e-3, steps=3, warmup_steps=1),
+        corpus.train_ids,
+        val,
+        corpus.vocab_size,
+        device="cpu",
+        progress=False,
+    )
     path = gpt.save(run.model, corpus, run.summary)
     assert path == gpt.checkpoint_path() == tmp_path / "cache" / "checkpoints" / "09_language_model-quick.pt"
     model, loaded_corpus, info = gpt.load_or_train(device="cpu")

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "book" / "results"
 NOTEBOOKS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
-ENTRY = dict(dataset="Tiny Shakespeare (characters)", split="validation: last 10%", unit="nats/char",
-             higher_is_better=False)
+ENTRY = dict(
+    dataset="Tiny Shakespeare (characters)", split="validation: last 10%", unit="nats/char", higher_is_better=False
+)
 
 
 @pytest.fixture
@@ -175,7 +176,10 @@ def _write(folder: Path, name: str, document) -> Path:
         ({"schema_version": 1, "entries": [_valid_entry(chapter="03_other")]}, "differs from the file name"),
         ({"schema_version": 1, "entries": [_valid_entry(profile="fast")]}, "unknown profile"),
         ({"schema_version": 1, "entries": [_valid_entry(), _valid_entry()]}, "appears twice"),
-        ({"schema_version": 1, "entries": [{k: v for k, v in _valid_entry().items() if k != "device"}]}, "missing keys"),
+        (
+            {"schema_version": 1, "entries": [{k: v for k, v in _valid_entry().items() if k != "device"}]},
+            "missing keys",
+        ),
         ('{"schema_version": 1, "entries": [' + json.dumps(_valid_entry()).replace("2.0", "NaN") + "]}", "not finite"),
     ],
 )
@@ -213,14 +217,19 @@ def test_a_reference_applies_by_dataset_and_metric_pattern(tmp_path):
 
     reference = {key: "text" for key, kind in results.REFERENCE_KEYS.items() if kind is str}
     reference.update(dataset="Multi30k", value=36.5, higher_is_better=True)
-    bleu, chrf = {"dataset": "Multi30k", "metric": "BLEU, Transformer"}, {"dataset": "Multi30k", "metric": "chrF, Transformer"}
-    assert reference_applies(reference, bleu) and reference_applies(reference, chrf)   # no pattern: every metric
+    bleu, chrf = (
+        {"dataset": "Multi30k", "metric": "BLEU, Transformer"},
+        {"dataset": "Multi30k", "metric": "chrF, Transformer"},
+    )
+    assert reference_applies(reference, bleu) and reference_applies(reference, chrf)  # no pattern: every metric
     assert not reference_applies(reference, {**bleu, "dataset": "Tatoeba"})
     reference["metric_pattern"] = "^BLEU"
     assert reference_applies(reference, bleu) and not reference_applies(reference, chrf)
     _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [reference]})
     assert load_references(tmp_path)[0]["metric_pattern"] == "^BLEU"
-    _write(tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [{**reference, "metric_pattern": "(["}]})
+    _write(
+        tmp_path, results.REFERENCES_FILE, {"schema_version": 1, "references": [{**reference, "metric_pattern": "(["}]}
+    )
     with pytest.raises(ValueError, match="metric_pattern must be a regular expression"):
         load_references(tmp_path)
 
@@ -255,14 +264,16 @@ def test_some_chapters_record_results():
 def test_every_chapter_that_records_has_its_results_file(path: Path):
     source = _code(path)
     results_file = RESULTS_DIR / f"{path.stem}.json"
-    assert results_file.exists(), f"{path.name} calls results.record but {results_file.name} is missing: run it (full profile)"
+    assert results_file.exists(), (
+        f"{path.name} calls results.record but {results_file.name} is missing: run it (full profile)"
+    )
     assert f'"{path.stem}"' in source, f"{path.name} must record under its own name {path.stem!r}"
 
 
 def _recorded_metric_templates(path: Path) -> list[re.Pattern]:
     """The metric names a chapter passes to ``record(chapter, metric, ...)`` as f-strings, as
     patterns: the literal parts as they are, every ``{...}`` field one or more characters."""
-    tree = ast.parse(without_magics(_code(path)))   # IPython magics are not Python
+    tree = ast.parse(without_magics(_code(path)))  # IPython magics are not Python
     # the argument that names the metric: record's second; and a chapter's own helper's argument that it
     # passes on to record as the metric (def record_sst(metric, ...): ... record(chapter, metric, ...))
     metric_argument = {"record": 1}
@@ -270,8 +281,12 @@ def _recorded_metric_templates(path: Path) -> list[re.Pattern]:
         parameters = [a.arg for a in function.args.args]
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
             callee = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-            if callee == "record" and len(call.args) >= 2 and isinstance(call.args[1], ast.Name) \
-                    and call.args[1].id in parameters:
+            if (
+                callee == "record"
+                and len(call.args) >= 2
+                and isinstance(call.args[1], ast.Name)
+                and call.args[1].id in parameters
+            ):
                 metric_argument[function.name] = parameters.index(call.args[1].id)
     patterns = []
     for node in ast.walk(tree):
@@ -293,7 +308,8 @@ def test_every_committed_result_is_still_recorded_by_its_chapter():
         notebook = ROOT / "book" / f"{entry['chapter']}.ipynb"
         assert notebook.exists(), f"results for {entry['chapter']!r}, which is not a chapter notebook"
         recorded = json.dumps(entry["metric"]) in _code(notebook) or any(
-            pattern.fullmatch(entry["metric"]) for pattern in _recorded_metric_templates(notebook))
+            pattern.fullmatch(entry["metric"]) for pattern in _recorded_metric_templates(notebook)
+        )
         assert recorded, (
             f"{entry['chapter']}: {entry['metric']!r} is no longer recorded; delete it from {entry['chapter']}.json"
         )
@@ -318,10 +334,19 @@ def test_the_gpu_results_come_from_the_gpu_script_and_sit_beside_the_cpu_ones():
 
 
 def test_a_metric_made_by_an_f_string_is_recognised_and_a_stale_one_is_not(tmp_path):
-    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-            "source": ["%matplotlib inline\n", "for label in ('a', 'b'):\n",
-                       "    results.record('09_x', f'accuracy at {n:,} labels, {label}', 0.5)\n",
-                       "record('09_x', 'plain', 1.0)\n", "other('09_x', f'not a metric {label}')\n"]}
+    cell = {
+        "cell_type": "code",
+        "metadata": {},
+        "outputs": [],
+        "execution_count": None,
+        "source": [
+            "%matplotlib inline\n",
+            "for label in ('a', 'b'):\n",
+            "    results.record('09_x', f'accuracy at {n:,} labels, {label}', 0.5)\n",
+            "record('09_x', 'plain', 1.0)\n",
+            "other('09_x', f'not a metric {label}')\n",
+        ],
+    }
     path = tmp_path / "09_x.ipynb"
     path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     (pattern,) = _recorded_metric_templates(path)
@@ -337,7 +362,9 @@ def test_committed_references_parse_and_cite_the_bibliography():
     keys = set(re.findall(r"^\s*@\w+\s*\{\s*([^,\s]+)\s*,", bib, re.MULTILINE))
     for reference in references:
         assert reference["dataset"] in datasets, f"{reference['id']}: no result is measured on {reference['dataset']!r}"
-        assert reference["value"] is not None or reference["comparability"], f"{reference['id']}: say why there is no number"
+        assert reference["value"] is not None or reference["comparability"], (
+            f"{reference['id']}: say why there is no number"
+        )
         assert reference["citation"] in keys, (
             f"{reference['id']} cites {reference['citation']!r}, which is not in book/references.bib; add:\n"
             + reference.get("bibtex", "(its BibTeX entry)")

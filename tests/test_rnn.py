@@ -37,8 +37,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _config(**overrides) -> RNNSeq2SeqConfig:
     options = dict(
-        src_vocab_size=13, tgt_vocab_size=11, d_embedding=6, d_hidden=8, n_layers=2,
-        dropout=0.0, attention="bahdanau", pad_id=PAD,
+        src_vocab_size=13,
+        tgt_vocab_size=11,
+        d_embedding=6,
+        d_hidden=8,
+        n_layers=2,
+        dropout=0.0,
+        attention="bahdanau",
+        pad_id=PAD,
     )
     options.update(overrides)
     return RNNSeq2SeqConfig(**options)
@@ -107,7 +113,11 @@ def test_tie_output_makes_the_output_width_the_embedding_width():
     memory, src_mask = model.encode(SRC)
     assert model.decode(TGT_IN, memory, src_mask).shape == (3, 6, 6)
     assert model(SRC, TGT_IN).shape == (3, 6, 11)
-    assert _count(_model(tie_output=False, d_embedding=8, d_hidden=8)) - _count(_model(tie_output=True, d_embedding=8, d_hidden=8)) == 11 * 8
+    assert (
+        _count(_model(tie_output=False, d_embedding=8, d_hidden=8))
+        - _count(_model(tie_output=True, d_embedding=8, d_hidden=8))
+        == 11 * 8
+    )
 
 
 def test_share_embeddings_shares_source_and_target():
@@ -370,7 +380,9 @@ def test_attention_errors(make):
         attention(_randn(2, 3, 5), keys, mask)
     with pytest.raises(ValueError, match=r"keys.*\(B, length, 6\)"):
         attention(query, keys[..., :5], mask)
-    with pytest.raises(ValueError, match=r"batch sizes differ.*" + re.escape("(2, 3, 4)") + ".*" + re.escape("(1, 5, 6)")):
+    with pytest.raises(
+        ValueError, match=r"batch sizes differ.*" + re.escape("(2, 3, 4)") + ".*" + re.escape("(1, 5, 6)")
+    ):
         attention(query, keys[:1], mask)
     with pytest.raises(ValueError, match=r"mask.*boolean"):
         attention(query, keys, mask.long())
@@ -465,11 +477,13 @@ def test_forward_checks_its_tokens_once(monkeypatch):
 
     checked = []
     real = rnn._check_tokens
-    monkeypatch.setattr(rnn, "_check_tokens", lambda tokens, name, size: checked.append(name) or real(tokens, name, size))
+    monkeypatch.setattr(
+        rnn, "_check_tokens", lambda tokens, name, size: checked.append(name) or real(tokens, name, size)
+    )
     model = _model()
     logits = model(SRC, TGT_IN)
     assert checked == ["src", "tgt_in"]
-    memory, src_mask = model.encode(SRC)                     # the public methods still check theirs
+    memory, src_mask = model.encode(SRC)  # the public methods still check theirs
     torch.testing.assert_close(logits, model.decode_logits(TGT_IN, memory, src_mask), **TOL)
     assert checked == ["src", "tgt_in", "src", "tgt_in"]
 
@@ -486,12 +500,18 @@ def test_error_ids_out_of_vocabulary():
 
 def test_error_batch_sizes_differ():
     model = _model()
-    with pytest.raises(ValueError, match=r"batch sizes differ.*src " + re.escape("(3, 6)") + r".*tgt_in " + re.escape("(2, 6)")):
+    with pytest.raises(
+        ValueError, match=r"batch sizes differ.*src " + re.escape("(3, 6)") + r".*tgt_in " + re.escape("(2, 6)")
+    ):
         model(SRC, TGT_IN[:2])
     memory, src_mask = model.encode(SRC)
-    with pytest.raises(ValueError, match=r"memory outputs.*" + re.escape("(2, m, 16)") + ".*" + re.escape("(3, 6, 16)")):
+    with pytest.raises(
+        ValueError, match=r"memory outputs.*" + re.escape("(2, m, 16)") + ".*" + re.escape("(3, 6, 16)")
+    ):
         model.decode(TGT_IN[:2], memory, src_mask)
-    with pytest.raises(ValueError, match=r"memory initial state.*" + re.escape("(3, 2, 8)") + ".*" + re.escape("(3, 8, 2)")):
+    with pytest.raises(
+        ValueError, match=r"memory initial state.*" + re.escape("(3, 2, 8)") + ".*" + re.escape("(3, 8, 2)")
+    ):
         model.decode(TGT_IN, (memory[0], memory[1].transpose(1, 2)), src_mask)
     with pytest.raises(ValueError, match=r"src_mask.*" + re.escape("(3, 1, 6)") + ".*" + re.escape("(2, 1, 6)")):
         model.decode(TGT_IN, memory, src_mask[:2])

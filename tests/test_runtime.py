@@ -220,7 +220,7 @@ def test_environment_summary_default_device_and_data_dir(clean_env, tmp_path):
     assert rows["device"] == "cpu"
     assert rows["profile"] == "full"
     assert rows["data"] == "a local copy, from $TB_DATA_DIR"
-    assert str(tmp_path) not in environment_summary()      # the machine's path is not printed
+    assert str(tmp_path) not in environment_summary()  # the machine's path is not printed
     clean_env.delenv("TB_DATA_DIR")
     assert _summary_rows(environment_summary())["data"] == "downloaded from the pinned addresses into the cache"
 
@@ -273,7 +273,8 @@ def test_machine_description_names_the_cpu_model_and_platform():
     assert text.endswith(f"({platform.system()} {platform.machine()})")
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
-        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                  if line.startswith("model name")]
+        models = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+        ]
         if models:
             assert text.startswith(models[0])

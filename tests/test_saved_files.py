@@ -30,10 +30,16 @@ def _tokenizers() -> dict[str, tuple[object, object, type]]:
     """Two different tokenizers of each kind, and the class that loads them."""
     return {
         "ByteLevelBPE": (ByteLevelBPE.train(TEXTS, 300), ByteLevelBPE.train(TEXTS, 320), ByteLevelBPE),
-        "WordPieceTokenizer": (WordPieceTokenizer.train(TEXTS, vocab_size=80, min_frequency=1),
-                               WordPieceTokenizer.train(TEXTS, vocab_size=90, min_frequency=1), WordPieceTokenizer),
-        "SubwordTokenizer": (SubwordTokenizer.train(TEXTS, vocab_size=60), SubwordTokenizer.train(TEXTS, vocab_size=70),
-                             SubwordTokenizer),
+        "WordPieceTokenizer": (
+            WordPieceTokenizer.train(TEXTS, vocab_size=80, min_frequency=1),
+            WordPieceTokenizer.train(TEXTS, vocab_size=90, min_frequency=1),
+            WordPieceTokenizer,
+        ),
+        "SubwordTokenizer": (
+            SubwordTokenizer.train(TEXTS, vocab_size=60),
+            SubwordTokenizer.train(TEXTS, vocab_size=70),
+            SubwordTokenizer,
+        ),
     }
 
 
@@ -44,8 +50,10 @@ def tokenizers():
 
 def _disk_full(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every write through the atomic writer fails as a full disk does, after the bytes were handed over."""
+
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(atomic.os, "fsync", full)
 
 
@@ -66,7 +74,7 @@ def test_a_failed_tokenizer_save_keeps_the_previous_file(tokenizers, kind, tmp_p
     assert info.value.errno == errno.ENOSPC
     monkeypatch.undo()
     assert path.read_bytes() == before and len(cls.load(path)) == len(first)
-    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.file"]         # no temporary file left
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.file"]  # no temporary file left
 
 
 def test_a_failed_model_save_keeps_the_previous_file_and_names_it(tmp_path, monkeypatch):
@@ -109,11 +117,13 @@ def test_save_model_refuses_a_path_that_a_training_run_holds(tmp_path):
     path = tmp_path / "run.pt"
     checkpoints.save_model(path, _gpt(0))
     before = path.read_bytes()
-    with checkpoints.writer_lock(path, busy="fit: another run is training"):   # as fit holds it for its run
-        with pytest.raises(RuntimeError, match=f"save_model: {re.escape(str(path))} is being written by another writer"):
+    with checkpoints.writer_lock(path, busy="fit: another run is training"):  # as fit holds it for its run
+        with pytest.raises(
+            RuntimeError, match=f"save_model: {re.escape(str(path))} is being written by another writer"
+        ):
             checkpoints.save_model(path, _gpt(1))
     assert path.read_bytes() == before
-    checkpoints.save_model(path, _gpt(1))                                   # free again once the run ends
+    checkpoints.save_model(path, _gpt(1))  # free again once the run ends
 
 
 def test_fit_refuses_a_checkpoint_path_that_a_save_holds(tmp_path):
@@ -122,9 +132,16 @@ def test_fit_refuses_a_checkpoint_path_that_a_save_holds(tmp_path):
     path = tmp_path / "run.pt"
     config = training.TrainConfig(steps=1, lr=1e-3, checkpoint_path=str(path))
     with checkpoints.writer_lock(path, busy="save_model: busy"):
-        with pytest.raises(RuntimeError, match="fit: another run is training with checkpoint_path .*or a save_model is writing it"):
-            training.fit(_gpt(), lambda s: (torch.zeros(1, 8, dtype=torch.long),) * 2,
-                         objectives.language_model_loss(), config, progress=False)
+        with pytest.raises(
+            RuntimeError, match="fit: another run is training with checkpoint_path .*or a save_model is writing it"
+        ):
+            training.fit(
+                _gpt(),
+                lambda s: (torch.zeros(1, 8, dtype=torch.long),) * 2,
+                objectives.language_model_loss(),
+                config,
+                progress=False,
+            )
 
 
 def test_damaged_wordpiece_and_sentencepiece_files_are_named(tokenizers, tmp_path):
@@ -137,19 +154,22 @@ def test_damaged_wordpiece_and_sentencepiece_files_are_named(tokenizers, tmp_pat
         WordPieceTokenizer.load(path)
     model = tmp_path / "spm.model"
     model.write_bytes(tokenizers["SubwordTokenizer"][0].to_bytes()[:100])
-    with pytest.raises(ValueError, match=f"SubwordTokenizer.load: {re.escape(str(model))}: .*not a valid SentencePiece model"):
+    with pytest.raises(
+        ValueError, match=f"SubwordTokenizer.load: {re.escape(str(model))}: .*not a valid SentencePiece model"
+    ):
         SubwordTokenizer.load(model)
 
 
 def _classifier() -> SequenceClassifier:
     torch.manual_seed(0)
-    return SequenceClassifier(BERT(BERTConfig(30, max_len=8, d_model=8, n_heads=2, n_layers=1, dropout=0.0)), 2,
-                              dropout=0.0)
+    return SequenceClassifier(
+        BERT(BERTConfig(30, max_len=8, d_model=8, n_heads=2, n_layers=1, dropout=0.0)), 2, dropout=0.0
+    )
 
 
 def test_a_model_with_lora_layers_is_refused_and_its_merge_saves_and_loads(tmp_path):
     bert = apply_lora(_classifier().bert, r=2)
-    for layer in bert.modules():                        # a trained-looking update, so that merging matters
+    for layer in bert.modules():  # a trained-looking update, so that merging matters
         if hasattr(layer, "lora_b"):
             torch.nn.init.normal_(layer.lora_b, std=0.5)
     path = tmp_path / "bert.pt"

@@ -148,12 +148,16 @@ def test_screening_finds_what_running_every_start_finds():
     screened = scaling.fit_scaling_law(N, D, L, grid=grid)
     every = scaling.fit_scaling_law(N, D, L, grid=grid, screen=False)
     assert scaling.scaling_law_objective(screened, N, D, L) == pytest.approx(
-        scaling.scaling_law_objective(every, N, D, L), rel=1e-6)
+        scaling.scaling_law_objective(every, N, D, L), rel=1e-6
+    )
 
 
 def test_huber_by_hand():
-    np.testing.assert_allclose(scaling.huber([0.0005, -0.002, 1.0], 1e-3),
-                               [0.5 * 0.0005**2, 1e-3 * (0.002 - 0.0005), 1e-3 * (1.0 - 0.0005)], rtol=1e-12)
+    np.testing.assert_allclose(
+        scaling.huber([0.0005, -0.002, 1.0], 1e-3),
+        [0.5 * 0.0005**2, 1e-3 * (0.002 - 0.0005), 1e-3 * (1.0 - 0.0005)],
+        rtol=1e-12,
+    )
     np.testing.assert_allclose(scaling.huber([1.0, -2.0], math.inf), [0.5, 2.0])
 
 
@@ -216,7 +220,7 @@ def test_fit_isoflop_valley_recovers_a_parabola_in_log_N():
     assert valley.a == pytest.approx(0.03, rel=1e-9) and valley.inside
     np.testing.assert_allclose(valley(sizes), losses, rtol=1e-12)
     outside = scaling.fit_isoflop_valley(sizes[3:], losses[3:] + 0.01 * (np.log(sizes[3:]) - np.log(sizes[3])))
-    assert not outside.inside and outside.N < sizes[3]     # its bottom lies below the sizes measured
+    assert not outside.inside and outside.N < sizes[3]  # its bottom lies below the sizes measured
 
 
 def test_fit_isoflop_valley_approaches_the_laws_optimum_on_a_narrow_slice():
@@ -225,7 +229,7 @@ def test_fit_isoflop_valley_approaches_the_laws_optimum_on_a_narrow_slice():
     C = 1e21
     best = TRUE.compute_optimal(C)
     for spread, tolerance in ((1.5, 0.01), (1.05, 1e-4)):
-        sizes = best.N * np.geomspace(1 / spread, spread, 5) * 1.01     # not centred on the answer
+        sizes = best.N * np.geomspace(1 / spread, spread, 5) * 1.01  # not centred on the answer
         valley = scaling.fit_isoflop_valley(sizes, TRUE.loss(sizes, scaling.isoflop_points(sizes, C)))
         assert valley.N == pytest.approx(best.N, rel=tolerance) and valley.inside
 
@@ -235,41 +239,44 @@ def test_fit_isoflop_valley_approaches_the_laws_optimum_on_a_narrow_slice():
 GOOD_L = TRUE.loss(N, D)
 
 
-@pytest.mark.parametrize("call, pattern", [
-    (lambda: scaling.fit_scaling_law(N, D[:-1], GOOD_L), "equal length"),
-    (lambda: scaling.fit_scaling_law(N[:4], D[:4], GOOD_L[:4]), "at least 5 runs"),
-    (lambda: scaling.fit_scaling_law(np.where(N == N[3], -1.0, N), D, GOOD_L), "N must be positive finite"),
-    (lambda: scaling.fit_scaling_law(N, D, np.where(N == N[3], np.nan, GOOD_L)), "L must be positive finite"),
-    (lambda: scaling.fit_scaling_law(N, np.where(D == D[0], np.inf, D), GOOD_L), "D must be positive finite"),
-    (lambda: scaling.fit_scaling_law(N[:, None], D[:, None], GOOD_L[:, None]), "1-D"),
-    (lambda: scaling.fit_scaling_law(N, D, "losses"), "L must be positive finite"),
-    # points that cannot identify the law: one model size, two token counts, the same run five times
-    (lambda: scaling.fit_scaling_law(np.full(N.size, N[0]), D, GOOD_L), "1 distinct N"),
-    (lambda: scaling.fit_scaling_law(N, np.where(D > np.median(D), D.max(), D.min()), GOOD_L), "2 distinct D"),
-    (lambda: scaling.fit_scaling_law([N[0]] * 5, [D[0]] * 5, [GOOD_L[0]] * 5), "1 distinct N"),
-    (lambda: scaling.fit_scaling_law(N, D, GOOD_L, huber_delta=0.0), "huber_delta must be a positive real"),
-    (lambda: scaling.fit_scaling_law(N, D, GOOD_L, huber_delta=float("nan")), "huber_delta"),
-    (lambda: scaling.fit_scaling_law(N, D, GOOD_L, grid=dict(e=(0.0,))), "grid must map"),
-    (lambda: scaling.fit_scaling_law(N, D, GOOD_L, grid={**scaling.DEFAULT_GRID, "a": ()}), r"grid\['a'\]"),
-    (lambda: ScalingLaw(1.0, -1.0, 1.0, 0.5, 0.5), "A > 0"),
-    (lambda: ScalingLaw(1.0, 1.0, 1.0, float("nan"), 0.5), "alpha must be a finite real"),
-    (lambda: TRUE.loss(0.0, 1e6), "ScalingLaw.loss: N must be positive"),
-    (lambda: TRUE.loss([1e4, 1e5], [1e6, 1e7, 1e8]), "do not broadcast"),
-    (lambda: TRUE.compute_optimal(-1.0), "C must be positive"),
-    (lambda: TRUE.compute_optimal(1e15, flops_per_token=0), "flops_per_token"),
-    (lambda: ScalingLaw(1.0, 1.0, 1.0, -0.1, 0.5).compute_optimal(1e15), "exponents must be positive"),
-    (lambda: scaling.non_embedding_parameters("gpt"), "must be an nn.Module"),
-    (lambda: scaling.training_flops(1e5, 0.0), "D must be positive"),
-    (lambda: scaling.isoflop_points([1e4, 1e5], 1e15, flops_per_token=-6), "flops_per_token"),
-    (lambda: scaling.fit_power_law([1.0, 1.0], [2.0, 3.0]), "2 distinct x"),
-    (lambda: scaling.fit_power_law([1.0, 2.0], [2.0, -3.0]), "y must be positive"),
-    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e4], [2.0, 1.9, 1.8]), "3 distinct N to fit a parabola"),
-    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 1.9]), "N and L must be 1-D and of equal length"),
-    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 0.0, 1.8]), "L must be positive"),
-    (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 1.99, 1.5]), "do not form a valley"),
-    (lambda: scaling.huber([0.1], delta=-1.0), "delta must be a positive real"),
-    (lambda: scaling.scaling_law_objective("law", N, D, GOOD_L), "law must be a ScalingLaw"),
-])
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (lambda: scaling.fit_scaling_law(N, D[:-1], GOOD_L), "equal length"),
+        (lambda: scaling.fit_scaling_law(N[:4], D[:4], GOOD_L[:4]), "at least 5 runs"),
+        (lambda: scaling.fit_scaling_law(np.where(N == N[3], -1.0, N), D, GOOD_L), "N must be positive finite"),
+        (lambda: scaling.fit_scaling_law(N, D, np.where(N == N[3], np.nan, GOOD_L)), "L must be positive finite"),
+        (lambda: scaling.fit_scaling_law(N, np.where(D == D[0], np.inf, D), GOOD_L), "D must be positive finite"),
+        (lambda: scaling.fit_scaling_law(N[:, None], D[:, None], GOOD_L[:, None]), "1-D"),
+        (lambda: scaling.fit_scaling_law(N, D, "losses"), "L must be positive finite"),
+        # points that cannot identify the law: one model size, two token counts, the same run five times
+        (lambda: scaling.fit_scaling_law(np.full(N.size, N[0]), D, GOOD_L), "1 distinct N"),
+        (lambda: scaling.fit_scaling_law(N, np.where(D > np.median(D), D.max(), D.min()), GOOD_L), "2 distinct D"),
+        (lambda: scaling.fit_scaling_law([N[0]] * 5, [D[0]] * 5, [GOOD_L[0]] * 5), "1 distinct N"),
+        (lambda: scaling.fit_scaling_law(N, D, GOOD_L, huber_delta=0.0), "huber_delta must be a positive real"),
+        (lambda: scaling.fit_scaling_law(N, D, GOOD_L, huber_delta=float("nan")), "huber_delta"),
+        (lambda: scaling.fit_scaling_law(N, D, GOOD_L, grid=dict(e=(0.0,))), "grid must map"),
+        (lambda: scaling.fit_scaling_law(N, D, GOOD_L, grid={**scaling.DEFAULT_GRID, "a": ()}), r"grid\['a'\]"),
+        (lambda: ScalingLaw(1.0, -1.0, 1.0, 0.5, 0.5), "A > 0"),
+        (lambda: ScalingLaw(1.0, 1.0, 1.0, float("nan"), 0.5), "alpha must be a finite real"),
+        (lambda: TRUE.loss(0.0, 1e6), "ScalingLaw.loss: N must be positive"),
+        (lambda: TRUE.loss([1e4, 1e5], [1e6, 1e7, 1e8]), "do not broadcast"),
+        (lambda: TRUE.compute_optimal(-1.0), "C must be positive"),
+        (lambda: TRUE.compute_optimal(1e15, flops_per_token=0), "flops_per_token"),
+        (lambda: ScalingLaw(1.0, 1.0, 1.0, -0.1, 0.5).compute_optimal(1e15), "exponents must be positive"),
+        (lambda: scaling.non_embedding_parameters("gpt"), "must be an nn.Module"),
+        (lambda: scaling.training_flops(1e5, 0.0), "D must be positive"),
+        (lambda: scaling.isoflop_points([1e4, 1e5], 1e15, flops_per_token=-6), "flops_per_token"),
+        (lambda: scaling.fit_power_law([1.0, 1.0], [2.0, 3.0]), "2 distinct x"),
+        (lambda: scaling.fit_power_law([1.0, 2.0], [2.0, -3.0]), "y must be positive"),
+        (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e4], [2.0, 1.9, 1.8]), "3 distinct N to fit a parabola"),
+        (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 1.9]), "N and L must be 1-D and of equal length"),
+        (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 0.0, 1.8]), "L must be positive"),
+        (lambda: scaling.fit_isoflop_valley([1e3, 1e4, 1e5], [2.0, 1.99, 1.5]), "do not form a valley"),
+        (lambda: scaling.huber([0.1], delta=-1.0), "delta must be a positive real"),
+        (lambda: scaling.scaling_law_objective("law", N, D, GOOD_L), "law must be a ScalingLaw"),
+    ],
+)
 def test_bad_input_is_named(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()

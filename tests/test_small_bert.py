@@ -44,6 +44,7 @@ from transformer_book.tokenizers.wordpiece import WordPieceTokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
 def test_recipe_per_device_and_profile():
     quick = recipe("cpu", "quick")
     assert (quick.d_model, quick.n_layers, quick.vocab_size, quick.n_documents, quick.steps) == (32, 1, 2_000, 150, 20)
@@ -54,9 +55,9 @@ def test_recipe_per_device_and_profile():
     gpu = GPU_RECIPE
     assert gpu.d_model == 256 and gpu.n_layers == 4 and gpu.batch == 128
     with pytest.raises(RuntimeError):
-        recipe("gpu", "full")                                  # not a device name
+        recipe("gpu", "full")  # not a device name
     for r in (quick, Recipe(), gpu):
-        BERT(r.model_config(r.vocab_size))                      # every recipe makes a valid model
+        BERT(r.model_config(r.vocab_size))  # every recipe makes a valid model
     assert MAX_LEN == 128
 
 
@@ -69,21 +70,36 @@ def test_recipe_defaults_to_the_current_profile(monkeypatch):
 
 def test_the_chosen_recipe_and_the_first_editions():
     chosen = Recipe()
-    assert (chosen.position, chosen.norm_first, chosen.dropout, chosen.inputs, chosen.select_prob) == \
-        ("alibi", True, 0.0, "text", 0.3) and not chosen.nsp
+    assert (chosen.position, chosen.norm_first, chosen.dropout, chosen.inputs, chosen.select_prob) == (
+        "alibi",
+        True,
+        0.0,
+        "text",
+        0.3,
+    ) and not chosen.nsp
     assert (chosen.vocab_size, chosen.lr) == (STARTING_POINT.vocab_size // 2, STARTING_POINT.lr * 2)
-    assert (FIRST_EDITION.position, FIRST_EDITION.norm_first, FIRST_EDITION.dropout, FIRST_EDITION.inputs,
-            FIRST_EDITION.select_prob) == ("learned", False, 0.1, "sentence pairs", 0.15) and FIRST_EDITION.nsp
+    assert (
+        FIRST_EDITION.position,
+        FIRST_EDITION.norm_first,
+        FIRST_EDITION.dropout,
+        FIRST_EDITION.inputs,
+        FIRST_EDITION.select_prob,
+    ) == ("learned", False, 0.1, "sentence pairs", 0.15) and FIRST_EDITION.nsp
     config = chosen.model_config(1234)
-    assert (config.vocab_size, config.max_len, config.position, config.norm_first, config.n_heads) == \
-        (1234, MAX_LEN, "alibi", True, 8)
+    assert (config.vocab_size, config.max_len, config.position, config.norm_first, config.n_heads) == (
+        1234,
+        MAX_LEN,
+        "alibi",
+        True,
+        8,
+    )
 
 
 def test_the_study_changes_one_choice_at_a_time_then_combines_the_winners():
     recipes = study_recipes()
     assert sum(ROUNDS.values()) == len(recipes) and len(set(recipes.values())) == len(recipes)
     names = list(recipes)
-    first, second = names[:ROUNDS["first"]], names[ROUNDS["first"]:]
+    first, second = names[: ROUNDS["first"]], names[ROUNDS["first"] :]
     base = recipes["starting point"]
     assert base == STARTING_POINT and recipes["first edition"] == FIRST_EDITION
 
@@ -93,21 +109,29 @@ def test_the_study_changes_one_choice_at_a_time_then_combines_the_winners():
     for name in first:
         if name not in ("starting point", "first edition"):
             assert changed(recipes[name]) in ({"max_len", "batch"},) or len(changed(recipes[name])) == 1, name
-    for name in second:                      # each change of a second-round recipe was tried alone first
+    for name in second:  # each change of a second-round recipe was tried alone first
         r = recipes[name]
         for field in changed(r):
-            assert any(changed(recipes[n]) == {field} and getattr(recipes[n], field) == getattr(r, field) for n in first)
+            assert any(
+                changed(recipes[n]) == {field} and getattr(recipes[n], field) == getattr(r, field) for n in first
+            )
     assert Recipe() in [recipes[n].replace(steps=Recipe().steps) for n in names]
 
 
-@pytest.mark.parametrize("changes, match", [
-    (dict(d_model=0), "d_model must be a positive int"), (dict(position="rope"), "position must be one of"),
-    (dict(inputs="pairs"), "inputs must be one of"), (dict(select_prob=0.0), r"select_prob must lie in \(0, 1\)"),
-    (dict(max_len=256), r"max_len must lie in \[8, 128\]"),
-    (dict(lr=0.0), "Recipe: lr must be a finite real > 0, got 0.0"),
-    (dict(n_documents=1), "Recipe: n_documents must be an int >= 2, got 1"), (dict(n_heads=3), "not divisible"),
-    (dict(steps=True), "steps must be a positive int"),
-])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (dict(d_model=0), "d_model must be a positive int"),
+        (dict(position="rope"), "position must be one of"),
+        (dict(inputs="pairs"), "inputs must be one of"),
+        (dict(select_prob=0.0), r"select_prob must lie in \(0, 1\)"),
+        (dict(max_len=256), r"max_len must lie in \[8, 128\]"),
+        (dict(lr=0.0), "Recipe: lr must be a finite real > 0, got 0.0"),
+        (dict(n_documents=1), "Recipe: n_documents must be an int >= 2, got 1"),
+        (dict(n_heads=3), "not divisible"),
+        (dict(steps=True), "steps must be a positive int"),
+    ],
+)
 def test_recipe_errors(changes, match):
     with pytest.raises(ValueError, match=match):
         Recipe(**changes)
@@ -116,8 +140,10 @@ def test_recipe_errors(changes, match):
 def small_documents(n=12):
     rng = np.random.default_rng(0)
     words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "and", "then", "slept", "in", "sun"]
-    return [[" ".join(rng.choice(words, size=int(rng.integers(3, 9)))) + " ." for _ in range(int(rng.integers(3, 8)))]
-            for _ in range(n)]
+    return [
+        [" ".join(rng.choice(words, size=int(rng.integers(3, 9)))) + " ." for _ in range(int(rng.integers(3, 8)))]
+        for _ in range(n)
+    ]
 
 
 @pytest.mark.parametrize("inputs", INPUTS)
@@ -129,10 +155,10 @@ def test_prepare_and_pretrain_a_tiny_recipe(inputs):
     assert (d.train.lengths <= 24).all() and ((d.train.first_lengths == d.train.lengths).all() == (inputs == "text"))
     valid = validation_batches(d, batch=4)
     again = validation_batches(d, batch=4)
-    assert all(torch.equal(a.targets, b.targets) for a, b in zip(valid, again))     # masked once, fixed seed
+    assert all(torch.equal(a.targets, b.targets) for a, b in zip(valid, again))  # masked once, fixed seed
     selected = sum(int((b.targets != -100).sum()) for b in valid)
     maskable = sum(int(((b.tokens > 4) | (b.targets != -100)).sum()) for b in valid)
-    assert 0.05 < selected / maskable < 0.3                                          # BERT's 15%, whatever r says
+    assert 0.05 < selected / maskable < 0.3  # BERT's 15%, whatever r says
     log = []
     model, history = train(r, d, device="cpu", val_batches=valid, eval_every=3, log=log, progress=False)
     assert isinstance(model, BERT) and history.train_loss[-1][0] == 6 and len(history.val_loss) == 2
@@ -176,7 +202,9 @@ def test_the_shipped_study_is_complete_and_ranks_the_chosen_recipe_first():
     runs = {run["name"]: run for run in study["runs"]}
     assert set(runs) == set(study_recipes())
     for name, run in runs.items():
-        assert Recipe(**run["recipe"]).replace(steps=Recipe().steps) == study_recipes()[name].replace(steps=Recipe().steps)
+        assert Recipe(**run["recipe"]).replace(steps=Recipe().steps) == study_recipes()[name].replace(
+            steps=Recipe().steps
+        )
         assert run["recipe"]["steps"] == max(10, int(study["budget_s"] / run["seconds_per_step"]))
         steps = [step for step, _ in run["val_mlm"]]
         assert steps == sorted(steps) and steps[-1] == run["recipe"]["steps"]
@@ -185,13 +213,25 @@ def test_the_shipped_study_is_complete_and_ranks_the_chosen_recipe_first():
     assert max(gaps, key=gaps.get) == chosen
 
 
-@pytest.mark.parametrize("steps, warmup, eval_every, log_every", [
-    (1000, 100, 125, 10), (5000, 300, 625, 50), (2999, 299, 374, 29), (20, 2, 2, 1), (16, 1, 2, 1), (2, 1, 1, 1),
-])
+@pytest.mark.parametrize(
+    "steps, warmup, eval_every, log_every",
+    [
+        (1000, 100, 125, 10),
+        (5000, 300, 625, 50),
+        (2999, 299, 374, 29),
+        (20, 2, 2, 1),
+        (16, 1, 2, 1),
+        (2, 1, 1, 1),
+    ],
+)
 def test_train_config_of_chapter_13(steps, warmup, eval_every, log_every):
     config = train_config(steps, 3e-4, 60.0)
-    assert (config.steps, config.warmup_steps, config.eval_every, config.log_every) == (steps, warmup, eval_every,
-                                                                                        log_every)
+    assert (config.steps, config.warmup_steps, config.eval_every, config.log_every) == (
+        steps,
+        warmup,
+        eval_every,
+        log_every,
+    )
     assert config.lr == 3e-4 and config.time_budget_s == 60.0 and config.seed == 0
     assert config.betas == (0.9, 0.999) and config.weight_decay == 0.01 and config.clip_norm == 1.0
     assert config.schedule == "cosine"
@@ -207,7 +247,7 @@ def test_train_config_is_valid_for_every_step_count_that_load_or_train_accepts(s
 
 
 def test_train_config_refuses_a_step_count_under_its_own_name():
-    for bad in (0, -5, 2.0, True):      # 0 would otherwise reach TrainConfig as a warm-up of -1 steps
+    for bad in (0, -5, 2.0, True):  # 0 would otherwise reach TrainConfig as a warm-up of -1 steps
         with pytest.raises(ValueError, match=f"^train_config: steps must be a positive int, got {bad!r}$"):
             train_config(bad, 1e-3)
 
@@ -226,6 +266,7 @@ def test_checkpoint_path_is_per_profile_in_the_cache(tmp_path, monkeypatch):
 
 def forbid_pretraining(monkeypatch):
     """From here on, any attempt to pretrain fails the test at once."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError("load_or_train started pretraining")
 
@@ -247,8 +288,9 @@ def test_load_or_train_loads_an_existing_file(tmp_path, monkeypatch, as_str):
     path = tmp_path / "bert.pt"
     model, tokenizer = tiny_saved_bert(path)
     forbid_pretraining(monkeypatch)
-    loaded, loaded_tokenizer, metadata = load_or_train(steps=5, device="cpu", path=str(path) if as_str else path,
-                                                       progress=False)
+    loaded, loaded_tokenizer, metadata = load_or_train(
+        steps=5, device="cpu", path=str(path) if as_str else path, progress=False
+    )
     assert type(loaded) is BERT and loaded.config == model.config and not loaded.training
     saved = model.state_dict()
     assert loaded.state_dict().keys() == saved.keys()
@@ -271,12 +313,16 @@ def test_load_or_train_reads_the_profiles_checkpoint_by_default(tmp_path, monkey
 def test_load_or_train_refuses_a_file_of_another_model(tmp_path, monkeypatch):
     path = tmp_path / "transformer.pt"
     tokenizer = WordPieceTokenizer.train(["the cat sat ."] * 3, vocab_size=30)
-    model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                          n_decoder_layers=1, max_len=16))
+    model = Transformer(
+        TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=16)
+    )
     checkpoints.save_model(path, model, tokenizer=tokenizer)
     forbid_pretraining(monkeypatch)
-    with pytest.raises(ValueError, match="load_or_train: .*transformer.pt holds a Transformer with a "
-                                         "WordPieceTokenizer, not a BERT with a WordPieceTokenizer"):
+    with pytest.raises(
+        ValueError,
+        match="load_or_train: .*transformer.pt holds a Transformer with a "
+        "WordPieceTokenizer, not a BERT with a WordPieceTokenizer",
+    ):
         load_or_train(steps=5, device="cpu", path=path, progress=False)
     # a BERT saved without its tokenizer is refused too
     bert = BERT(BERTConfig(30, max_len=16, d_model=16, n_heads=2, n_layers=1))
@@ -301,9 +347,10 @@ def test_continue_pretraining_trains_a_copy_on_the_task_text():
     model = BERT(r.model_config(len(d.tokenizer)))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     texts = ["the cat sat on a mat .", "a dog ran far and then slept in the sun ."] * 10
-    adapted, history = small_bert.continue_pretraining(model, d.tokenizer, texts, steps=5, r=r, device="cpu",
-                                                       progress=False)
-    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())       # the original is untouched
+    adapted, history = small_bert.continue_pretraining(
+        model, d.tokenizer, texts, steps=5, r=r, device="cpu", progress=False
+    )
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # the original is untouched
     assert any(not torch.equal(v, before[k]) for k, v in adapted.state_dict().items())
     assert history.train_loss[-1][0] == 5 and not adapted.training
     with pytest.raises(ValueError, match="steps must be a positive int"):
@@ -323,15 +370,27 @@ def test_run_study_times_each_recipe_and_runs_it_for_the_budget(tmp_path):
     assert [step for step, _ in run["val_mlm"]][-1] == run["recipe"]["steps"]
     assert run["final_nsp_accuracy"] is None and run["parameters"] > 0
     # measure one recipe again: the others stay
-    again = small_bert.run_study(0.05, recipes={"learned": tiny.replace(position="learned")}, documents=documents,
-                                 output=output, evaluations=2, merge=True)
+    again = small_bert.run_study(
+        0.05,
+        recipes={"learned": tiny.replace(position="learned")},
+        documents=documents,
+        output=output,
+        evaluations=2,
+        merge=True,
+    )
     assert [r["name"] for r in again["runs"]] == ["tiny", "learned"] and again["runs"][0] == run
     # a recipe whose step computes what a kept run's does is held to that run's clock
-    faster = small_bert.run_study(0.05, recipes={"tiny, lr 1e-2": tiny.replace(lr=1e-2)}, documents=documents,
-                                  output=output, evaluations=2, merge=True)
+    faster = small_bert.run_study(
+        0.05,
+        recipes={"tiny, lr 1e-2": tiny.replace(lr=1e-2)},
+        documents=documents,
+        output=output,
+        evaluations=2,
+        merge=True,
+    )
     assert faster["runs"][-1]["seconds_per_step"] == run["seconds_per_step"]
     assert faster["runs"][-1]["recipe"]["steps"] == run["recipe"]["steps"]
-    assert again["runs"][1]["seconds_per_step"] != run["seconds_per_step"]        # timed anew: another model
+    assert again["runs"][1]["seconds_per_step"] != run["seconds_per_step"]  # timed anew: another model
     with pytest.raises(ValueError, match="holds runs of 0.05 s, not 0.1 s"):
         small_bert.run_study(0.1, recipes={"tiny": tiny}, documents=documents, output=output, merge=True)
     with pytest.raises(ValueError, match="unknown recipes"):
@@ -351,8 +410,13 @@ def test_save_then_load_or_train_round_trips(tmp_path, monkeypatch):
     assert path == checkpoint_path() == tmp_path / "checkpoints" / "13_bert_pretraining-quick.pt"
     forbid_pretraining(monkeypatch)
     loaded, tokenizer, metadata = load_or_train(device="cpu", progress=False)
-    assert metadata == {"steps": 3, "mlm_loss": 3.5, "recipe": dataclasses.asdict(r), "source": "loaded",
-                        "path": str(path)}
+    assert metadata == {
+        "steps": 3,
+        "mlm_loss": 3.5,
+        "recipe": dataclasses.asdict(r),
+        "source": "loaded",
+        "path": str(path),
+    }
     assert Recipe(**metadata["recipe"]) == r and tokenizer.to_str() == d.tokenizer.to_str()
     saved = model.state_dict()
     assert all(torch.equal(v, saved[k]) for k, v in loaded.state_dict().items())
@@ -361,6 +425,15 @@ def test_save_then_load_or_train_round_trips(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="r must be a recipes.bert.Recipe, got dict"):
         save(model, d.tokenizer, {}, r=dataclasses.asdict(r), path=tmp_path / "x.pt")
     with pytest.raises(ValueError, match="model must be a BERT, got Transformer"):
-        save(Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                           n_decoder_layers=1, max_len=16)), d.tokenizer, {}, r=r, path=tmp_path / "x.pt")
+        save(
+            Transformer(
+                TransformerConfig(
+                    30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=16
+                )
+            ),
+            d.tokenizer,
+            {},
+            r=r,
+            path=tmp_path / "x.pt",
+        )
     assert not (tmp_path / "x.pt").exists()

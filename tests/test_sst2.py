@@ -15,7 +15,6 @@ from transformer_book.data.sst2 import load_sst2
 TEXT = "sentence\tlabel\nit 's a charming and often affecting journey . \t1\nunflinchingly bleak and desperate \t0\n"
 
 
-
 def test_rows_are_stripped_sentences_with_integer_labels(fetched):
     path, calls = fetched
     path.write_text(TEXT, encoding="utf-8")
@@ -43,13 +42,16 @@ def test_unknown_split():
         load_sst2("validation")
 
 
-@pytest.mark.parametrize("line, problem", [
-    ("no tab on this line 1", "no tab"),
-    ("a fine film \t2", "label must be 0 or 1, got '2'"),
-    ("a fine film \tpositive", "label must be 0 or 1, got 'positive'"),
-    ("a fine film \t", "label must be 0 or 1, got ''"),
-    ("   \t1", "sentence is empty"),
-])
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("no tab on this line 1", "no tab"),
+        ("a fine film \t2", "label must be 0 or 1, got '2'"),
+        ("a fine film \tpositive", "label must be 0 or 1, got 'positive'"),
+        ("a fine film \t", "label must be 0 or 1, got ''"),
+        ("   \t1", "sentence is empty"),
+    ],
+)
 def test_malformed_line_names_the_file_and_the_line(fetched, line, problem):
     path, _ = fetched
     path.write_text(TEXT + line + "\n", encoding="utf-8")

@@ -36,7 +36,7 @@ def test_pieces_are_subwords_that_spell_the_sentence(tokenizer):
     pieces = tokenizer.pieces(sentence)
     assert "".join(pieces).replace("\u2581", " ").strip() == sentence
     assert len(pieces) < len(sentence.replace(" ", ""))  # merges happened: fewer pieces than characters
-    assert len(pieces) >= len(sentence.split())          # at least one piece per word
+    assert len(pieces) >= len(sentence.split())  # at least one piece per word
 
 
 def test_decode_stops_at_eos_and_drops_pad_and_sos(tokenizer):

@@ -41,8 +41,7 @@ def _qkv(B, h, n, m, d_k, d_v=None, *, seed=0, dtype=F32, grad=False):
 
 def _sdpa(q, k, v, excluded=None, causal=False):
     """PyTorch's kernel; it takes True = *take part*, so the book's mask is inverted."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=None if excluded is None else ~excluded,
-                                          is_causal=causal)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=None if excluded is None else ~excluded, is_causal=causal)
 
 
 def _future(n, m):
@@ -131,7 +130,11 @@ def test_tiled_attention_with_a_full_random_mask_and_a_custom_scale():
 @pytest.mark.parametrize("block_q, block_k", [(8, 8), (5, 7), (16, 4)])
 def test_causal_equals_sdpa_is_causal(block_q, block_k):
     q, k, v = _qkv(2, 2, 40, 40, 16)
-    err = (tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k) - _sdpa(q, k, v, causal=True)).abs().max()
+    err = (
+        (tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k) - _sdpa(q, k, v, causal=True))
+        .abs()
+        .max()
+    )
     assert err < 1e-5
 
 
@@ -182,7 +185,7 @@ def test_the_forward_and_backward_of_half_precision_tiles_do_not_overflow():
     q, k, v = (torch.randn(1, 2, 40, 64, generator=g) * 60 for _ in range(3))
     half = [t.half() for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(*(t.double() for t in half))
-    assert not torch.isfinite(half[0] @ half[1].transpose(-2, -1)).all()     # the naive product overflows
+    assert not torch.isfinite(half[0] @ half[1].transpose(-2, -1)).all()  # the naive product overflows
     out, lse = tiled_attention_forward(*half, block_q=16, block_k=16)
     assert out.dtype == torch.float16 and lse.dtype == torch.float32 and torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=0, atol=0.05 * ref.abs().max().item())
@@ -218,15 +221,20 @@ def test_gradcheck_float64():
     q, k, v = _qkv(1, 2, 5, 4, 3, 2, dtype=F64, grad=True)
     excluded = torch.tensor([False, False, True, False])[None, None, None, :]
     assert torch.autograd.gradcheck(
-        lambda q, k, v: tiled_attention(q, k, v, mask=excluded, causal=True, block_q=2, block_k=3), (q, k, v))
+        lambda q, k, v: tiled_attention(q, k, v, mask=excluded, causal=True, block_q=2, block_k=3), (q, k, v)
+    )
 
 
 def test_backward_function_equals_autograd_through_sdpa():
     q, k, v = _qkv(1, 2, 9, 9, 4, dtype=F64, grad=True)
     out, lse = tiled_attention_forward(q.detach(), k.detach(), v.detach(), causal=True, block_q=4, block_k=4)
-    torch.testing.assert_close(lse, torch.logsumexp((q @ k.transpose(-2, -1) / 2).masked_fill(_future(9, 9), -math.inf), -1))
+    torch.testing.assert_close(
+        lse, torch.logsumexp((q @ k.transpose(-2, -1) / 2).masked_fill(_future(9, 9), -math.inf), -1)
+    )
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=F64)
-    got = tiled_attention_backward(dout, q.detach(), k.detach(), v.detach(), out, lse, causal=True, block_q=2, block_k=5)
+    got = tiled_attention_backward(
+        dout, q.detach(), k.detach(), v.detach(), out, lse, causal=True, block_q=2, block_k=5
+    )
     want = torch.autograd.grad(_sdpa(q, k, v, causal=True), (q, k, v), dout)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -24,6 +24,7 @@ PAD, V, N = 0, 11, 6
 
 # ----------------------------------------------------------------------------- the loss
 
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
 def test_loss_equals_torch_cross_entropy(smoothing):
     g = torch.Generator().manual_seed(0)
@@ -83,6 +84,7 @@ def test_loss_errors():
 
 
 # ----------------------------------------------------------------------------- schedules
+
 
 def _lrs(make, n, base=0.5):
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=base)
@@ -147,6 +149,7 @@ def test_warmup_constant_values():
 
 # ----------------------------------------------------------------------------- fit
 
+
 class TinyLM(nn.Module):
     """Embedding, dropout, linear: learns the fixed map token -> next token."""
 
@@ -188,8 +191,9 @@ def make_model(seed=0):
 
 
 def test_fit_reduces_the_loss():
-    config = TrainConfig(steps=60, lr=3e-2, warmup_steps=5, schedule="inverse_sqrt", eval_every=30,
-                         log_every=10, smoothing=0.0)
+    config = TrainConfig(
+        steps=60, lr=3e-2, warmup_steps=5, schedule="inverse_sqrt", eval_every=30, log_every=10, smoothing=0.0
+    )
     model = make_model()
     history = fit(model, batches, lm_loss, config, val_batches=val_batches, progress=False)
     assert len(history.train_loss) == 60 and [s for s, _ in history.train_loss] == list(range(1, 61))
@@ -217,14 +221,22 @@ def test_time_budget_stops_training_and_resumes_with_a_larger_budget(tmp_path):
         return lm_loss(model, batch)
 
     path = str(tmp_path / "budget.pt")
-    config = TrainConfig(steps=1000, lr=1e-2, warmup_steps=2, eval_every=500, log_every=500,
-                         checkpoint_path=path, checkpoint_every=500, time_budget_s=0.2)
+    config = TrainConfig(
+        steps=1000,
+        lr=1e-2,
+        warmup_steps=2,
+        eval_every=500,
+        log_every=500,
+        checkpoint_path=path,
+        checkpoint_every=500,
+        time_budget_s=0.2,
+    )
     history = fit(make_model(), batches, slow_loss, config, val_batches=val_batches, progress=False)
     done = history.train_loss[-1][0]
-    assert 4 <= done < 20                                  # ~0.2 s / 0.03 s per step, far below 1000
+    assert 4 <= done < 20  # ~0.2 s / 0.03 s per step, far below 1000
     assert history.train_time_s[-1] == (done, pytest.approx(history.train_time_s[-1][1]))
     assert history.train_time_s[-1][1] >= 0.2
-    assert [s for s, _ in history.val_loss] == [done]      # validated at the last step
+    assert [s for s, _ in history.val_loss] == [done]  # validated at the last step
     assert read_checkpoint(path)["step"] == done  # and checkpointed there
     longer = TrainConfig(**{**config.__dict__, "time_budget_s": 0.4})
     resumed = fit(make_model(), batches, slow_loss, longer, val_batches=val_batches, progress=False, resume=True)
@@ -247,7 +259,7 @@ def test_fit_leaves_one_summary_line_instead_of_its_progress_bar(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = _as_a_notebook_shows_it(captured.err)
-    assert len(lines) == 1, lines                      # the bar was cleared; one line stays
+    assert len(lines) == 1, lines  # the bar was cleared; one line stays
     (line,) = lines
     assert "it/s" not in line and "%|" not in line
     assert line.startswith("train: 30 steps, the schedule's end; ")
@@ -265,8 +277,15 @@ def test_a_run_stopped_by_its_time_budget_says_so_in_its_summary_line(capsys, tm
         return lm_loss(model, batch)
 
     path = str(tmp_path / "budget.pt")
-    config = TrainConfig(steps=1000, lr=1e-2, warmup_steps=2, log_every=500, checkpoint_path=path,
-                         checkpoint_every=500, time_budget_s=0.2)
+    config = TrainConfig(
+        steps=1000,
+        lr=1e-2,
+        warmup_steps=2,
+        log_every=500,
+        checkpoint_path=path,
+        checkpoint_every=500,
+        time_budget_s=0.2,
+    )
     history = fit(make_model(), batches, slow_loss, config, progress=True)
     done = history.train_loss[-1][0]
     (line,) = _as_a_notebook_shows_it(capsys.readouterr().err)
@@ -291,8 +310,14 @@ def test_validation_runs_in_eval_mode_and_restores_train_mode():
         return lm_loss(model, batch)
 
     model = make_model()
-    fit(model, batches, loss_fn, TrainConfig(steps=4, eval_every=2, warmup_steps=1),
-        val_batches=lambda: [batches(99)], progress=False)
+    fit(
+        model,
+        batches,
+        loss_fn,
+        TrainConfig(steps=4, eval_every=2, warmup_steps=1),
+        val_batches=lambda: [batches(99)],
+        progress=False,
+    )
     assert modes == [True, True, False, True, True, False]
     assert model.training
 
@@ -310,7 +335,9 @@ def test_nan_loss_raises_naming_the_step():
 
 
 def _grad_norm(model):
-    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])).item()
+    return torch.linalg.vector_norm(
+        torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None])
+    ).item()
 
 
 def test_clipping_bounds_the_gradient_norm():
@@ -332,8 +359,16 @@ class Interrupted(Exception):
 
 
 def test_resume_gives_the_same_losses_as_an_uninterrupted_run(tmp_path):
-    common = dict(steps=20, lr=2e-2, warmup_steps=4, schedule="cosine", eval_every=5, log_every=5,
-                  checkpoint_every=5, smoothing=0.1)
+    common = dict(
+        steps=20,
+        lr=2e-2,
+        warmup_steps=4,
+        schedule="cosine",
+        eval_every=5,
+        log_every=5,
+        checkpoint_every=5,
+        smoothing=0.1,
+    )
     straight_config = TrainConfig(**common, checkpoint_path=str(tmp_path / "a" / "straight.pt"))
     straight_model = make_model()
     straight = fit(straight_model, batches, lm_loss, straight_config, val_batches=val_batches, progress=False)
@@ -392,8 +427,16 @@ def test_fit_argument_errors(tmp_path):
 
 
 def test_fit_cosine_schedule_ends_at_min_lr_ratio():
-    config = TrainConfig(steps=20, lr=1e-2, warmup_steps=4, schedule="cosine", min_lr_ratio=0.1, eval_every=20,
-                         log_every=1, smoothing=0.0)
+    config = TrainConfig(
+        steps=20,
+        lr=1e-2,
+        warmup_steps=4,
+        schedule="cosine",
+        min_lr_ratio=0.1,
+        eval_every=20,
+        log_every=1,
+        smoothing=0.0,
+    )
     history = fit(make_model(), batches, lm_loss, config, progress=False)
     lrs = [lr for _, lr in history.lr]
     assert lrs[3] == pytest.approx(1e-2) and max(lrs) == pytest.approx(1e-2)
@@ -401,6 +444,7 @@ def test_fit_cosine_schedule_ends_at_min_lr_ratio():
 
 
 # ----------------------------------------------------------------------------- saving a trained model
+
 
 def _tiny_tokenizer():
     from transformer_book.tokenizers.subword import SubwordTokenizer
@@ -415,8 +459,19 @@ def test_save_and_load_model_round_trip(tmp_path, kind):
 
     torch.manual_seed(0)
     if kind == "transformer":
-        model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                              n_decoder_layers=1, max_len=20, share_embeddings=True))
+        model = Transformer(
+            TransformerConfig(
+                30,
+                30,
+                d_model=16,
+                n_heads=2,
+                d_ff=32,
+                n_encoder_layers=1,
+                n_decoder_layers=1,
+                max_len=20,
+                share_embeddings=True,
+            )
+        )
     else:
         model = RNNSeq2Seq(RNNSeq2SeqConfig(30, 30, d_embedding=8, d_hidden=12, attention="bahdanau"))
     tokenizer = _tiny_tokenizer()
@@ -437,7 +492,9 @@ def test_load_model_rejects_other_files(tmp_path):
     from transformer_book.checkpoints import load_model, save_model
     from transformer_book.models import Transformer, TransformerConfig
 
-    model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1))
+    model = Transformer(
+        TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1)
+    )
     path = save_model(tmp_path / "m.pt", model)
     assert load_model(path)[1] is None
     saved = read_checkpoint(path)
@@ -504,8 +561,10 @@ def test_every_model_the_book_trains_saves_and_loads(tmp_path):
     from transformer_book.models.elmo import BiLM, BiLMConfig
 
     torch.manual_seed(0)
-    for model in (GPT(GPTConfig(vocab_size=30, context=8, d_model=16, n_heads=2, n_layers=1)),
-                  BiLM(BiLMConfig(vocab_size=30, d_embed=8, d_hidden=8, n_layers=1, cutoffs=()))):
+    for model in (
+        GPT(GPTConfig(vocab_size=30, context=8, d_model=16, n_heads=2, n_layers=1)),
+        BiLM(BiLMConfig(vocab_size=30, d_embed=8, d_hidden=8, n_layers=1, cutoffs=())),
+    ):
         model.eval()
         path = checkpoints.save_model(tmp_path / f"{type(model).__name__}.pt", model, metadata={"steps": 3})
         loaded, tokenizer, metadata = checkpoints.load_model(path)
@@ -515,8 +574,15 @@ def test_every_model_the_book_trains_saves_and_loads(tmp_path):
             torch.testing.assert_close(loaded.state_dict()[name], value, rtol=0, atol=0)
     source = ast.parse(Path(transformer_book.training.__file__).read_text())
     imported = {node.module for node in ast.walk(source) if isinstance(node, ast.ImportFrom)}
-    assert not {m for m in imported if m and (m.startswith("transformer_book.models") or m in (
-        "transformer_book.tokenizers.subword", "transformer_book.tokenizers.wordpiece"))}
+    assert not {
+        m
+        for m in imported
+        if m
+        and (
+            m.startswith("transformer_book.models")
+            or m in ("transformer_book.tokenizers.subword", "transformer_book.tokenizers.wordpiece")
+        )
+    }
 
 
 @dataclass
@@ -557,11 +623,18 @@ def test_resuming_from_a_checkpoint_of_another_format_version_fails_clearly(tmp_
     torch.save({"format_version": 99, "step": 3}, path)
     config = TrainConfig(steps=2, warmup_steps=1, checkpoint_path=str(path))
     with pytest.raises(ValueError, match=r"checkpoint .*run\.pt has format_version 99, expected 1"):
-        fit(model, lambda s: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
-            language_model_loss(), config, resume=True, progress=False)
+        fit(
+            model,
+            lambda s: (torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
+            language_model_loss(),
+            config,
+            resume=True,
+            progress=False,
+        )
 
 
 # ----------------------------------------------------------------------------- compile and MFU
+
 
 def _gpt_run(**config_overrides):
     from transformer_book.data import RandomWindows
@@ -571,8 +644,12 @@ def _gpt_run(**config_overrides):
     torch.manual_seed(0)
     model = GPT(GPTConfig(20, context=16, d_model=32, n_heads=2, n_layers=2, dropout=0.0))
     ids = torch.randint(0, 20, (500,), generator=torch.Generator().manual_seed(1))
-    config = TrainConfig(**{**dict(steps=6, lr=3e-3, warmup_steps=2, schedule="cosine", smoothing=0.0,
-                                   log_every=3, eval_every=100), **config_overrides})
+    config = TrainConfig(
+        **{
+            **dict(steps=6, lr=3e-3, warmup_steps=2, schedule="cosine", smoothing=0.0, log_every=3, eval_every=100),
+            **config_overrides,
+        }
+    )
     history = fit(model, RandomWindows(ids, 16, 4, seed=0), language_model_loss(), config, progress=False)
     return model, history
 
@@ -600,6 +677,7 @@ def test_compiled_training_matches_eager_training():
 
 def test_compile_defaults_to_off_on_the_cpu(monkeypatch):
     """``compile=None`` compiles on CUDA only: on the CPU torch.compile is never called."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("torch.compile called on the CPU with compile=None")
 
@@ -642,12 +720,15 @@ def test_mfu_is_logged_from_tokens_per_second_and_the_peak(monkeypatch):
     assert without.mfu == []
 
 
-@pytest.mark.parametrize("field, value, pattern", [
-    ("compile", "yes", "compile must be None, True or False"),
-    ("flops_per_token", 0.0, "flops_per_token must be positive"),
-    ("compile_mode", "fastest", "compile_mode must be one of"),
-    ("attention_kernel", "cuDNN", r"attention_kernel must be None or one of \('flash'"),
-])
+@pytest.mark.parametrize(
+    "field, value, pattern",
+    [
+        ("compile", "yes", "compile must be None, True or False"),
+        ("flops_per_token", 0.0, "flops_per_token must be positive"),
+        ("compile_mode", "fastest", "compile_mode must be one of"),
+        ("attention_kernel", "cuDNN", r"attention_kernel must be None or one of \('flash'"),
+    ],
+)
 def test_compile_and_flops_settings_are_checked(field, value, pattern):
     with pytest.raises(ValueError, match=pattern):
         TrainConfig(**{field: value})
@@ -670,8 +751,9 @@ def test_a_second_run_with_the_same_checkpoint_path_is_refused_while_the_first_r
         assert release.wait(30)
         return batches(step)
 
-    first = threading.Thread(target=lambda: finished.append(fit(make_model(), held_batches, lm_loss, config,
-                                                                progress=False)))
+    first = threading.Thread(
+        target=lambda: finished.append(fit(make_model(), held_batches, lm_loss, config, progress=False))
+    )
     first.start()
     try:
         assert started.wait(30)
@@ -692,17 +774,27 @@ def test_resume_with_other_settings_is_refused_and_leaves_the_model_untouched(tm
     path = str(tmp_path / "run.pt")
     base = dict(steps=4, lr=1e-2, warmup_steps=1, checkpoint_path=path)
     fit(make_model(), batches, lm_loss, TrainConfig(**base), progress=False)
-    for change, pattern in [(dict(lr=2e-2), r"lr 0\.01 -> 0\.02"), (dict(weight_decay=0.1), r"weight_decay 0\.01 -> 0\.1"),
-                            (dict(schedule="constant"), r"schedule 'inverse_sqrt' -> 'constant'"),
-                            (dict(seed=1), r"seed 0 -> 1"), (dict(betas=(0.9, 0.99)), r"betas")]:
+    for change, pattern in [
+        (dict(lr=2e-2), r"lr 0\.01 -> 0\.02"),
+        (dict(weight_decay=0.1), r"weight_decay 0\.01 -> 0\.1"),
+        (dict(schedule="constant"), r"schedule 'inverse_sqrt' -> 'constant'"),
+        (dict(seed=1), r"seed 0 -> 1"),
+        (dict(betas=(0.9, 0.99)), r"betas"),
+    ]:
         model = make_model(seed=7)
         before = [p.detach().clone() for p in model.parameters()]
         with pytest.raises(ValueError, match=r"cannot resume from .*run\.pt.*" + pattern):
             fit(model, batches, lm_loss, TrainConfig(**{**base, **change, "steps": 8}), progress=False, resume=True)
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     # what does not change the arithmetic may change: more steps (inverse_sqrt), logging, validation
-    resumed = fit(make_model(), batches, lm_loss, TrainConfig(**{**base, "steps": 6, "log_every": 2, "eval_every": 3}),
-                  progress=False, resume=True)
+    resumed = fit(
+        make_model(),
+        batches,
+        lm_loss,
+        TrainConfig(**{**base, "steps": 6, "log_every": 2, "eval_every": 3}),
+        progress=False,
+        resume=True,
+    )
     assert [s for s, _ in resumed.train_loss] == list(range(1, 7))
     # the cosine schedule reads steps: changing them would change every learning rate after the resume
     cosine = dict(base, schedule="cosine", checkpoint_path=str(tmp_path / "cosine.pt"))
@@ -721,7 +813,7 @@ def test_language_model_loss_with_every_target_ignored_is_zero_not_nan():
 
     loss, count = language_model_loss()(model, (x, torch.full((2, 4), -100)))
     assert count == 0 and loss.item() == 0.0
-    loss.backward()                                      # a graph to back-propagate through, with zero gradients
+    loss.backward()  # a graph to back-propagate through, with zero gradients
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
     y = torch.randint(1, V, (2, 4))
     y[0] = -100
@@ -748,9 +840,9 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_model_is_untouc
     config = TrainConfig(steps=2, warmup_steps=1, checkpoint_path=str(path))
     fit(make_model(), batches, lm_loss, config, progress=False)
     good = path.read_bytes()
-    damaged = {f"cut at {share:.1%}": good[:int(len(good) * share)] for share in (0.5, 0.9, 0.999)}
+    damaged = {f"cut at {share:.1%}": good[: int(len(good) * share)] for share in (0.5, 0.9, 0.999)}
     middle = len(good) // 2
-    damaged["one flipped byte"] = good[:middle] + bytes([good[middle] ^ 0x01]) + good[middle + 1:]
+    damaged["one flipped byte"] = good[:middle] + bytes([good[middle] ^ 0x01]) + good[middle + 1 :]
     for what, data in damaged.items():
         path.write_bytes(data)
         model = make_model(seed=9)
@@ -762,9 +854,11 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_model_is_untouc
     # a well-formed file that misses a part, or holds the wrong kind of value
     path.write_bytes(good)
     state = read_checkpoint(path)
-    for what, broken in [("no optimizer", {k: v for k, v in state.items() if k != "optimizer"}),
-                         ("history a list", {**state, "history": []}),
-                         ("optimizer of another shape", {**state, "optimizer": {"state": {}, "param_groups": []}})]:
+    for what, broken in [
+        ("no optimizer", {k: v for k, v in state.items() if k != "optimizer"}),
+        ("history a list", {**state, "history": []}),
+        ("optimizer of another shape", {**state, "optimizer": {"state": {}, "param_groups": []}}),
+    ]:
         torch.save(broken, path)
         model = make_model(seed=9)
         before = _params(model)
@@ -778,12 +872,14 @@ def test_a_flipped_byte_in_a_saved_model_is_found_by_its_checksum(tmp_path):
     from transformer_book.models import Transformer, TransformerConfig
 
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1))
+    model = Transformer(
+        TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1)
+    )
     path = save_model(tmp_path / "m.pt", model)
     good = path.read_bytes()
     found = 0
     for offset in range(len(good) // 3, len(good) - 200, len(good) // 7):  # bytes in the weights' region
-        path.write_bytes(good[:offset] + bytes([good[offset] ^ 0x10]) + good[offset + 1:])
+        path.write_bytes(good[:offset] + bytes([good[offset] ^ 0x10]) + good[offset + 1 :])
         with pytest.raises(ValueError, match=r"m\.pt"):
             load_model(path)
         found += 1
@@ -800,7 +896,13 @@ def test_saved_files_follow_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
         path = tmp_path / "run.pt"
-        fit(make_model(), batches, lm_loss, TrainConfig(steps=1, warmup_steps=1, checkpoint_path=str(path)), progress=False)
+        fit(
+            make_model(),
+            batches,
+            lm_loss,
+            TrainConfig(steps=1, warmup_steps=1, checkpoint_path=str(path)),
+            progress=False,
+        )
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
@@ -811,7 +913,7 @@ def test_temporary_files_of_a_killed_save_are_cleaned_up(tmp_path):
     old_tmp, young_tmp = tmp_path / ".run.pt.abc123.tmp", tmp_path / ".run.pt.def456.tmp"
     old_tmp.write_bytes(b"half a checkpoint")
     young_tmp.write_bytes(b"another writer's, in progress")
-    os.utime(old_tmp, (1, 1))                               # written long ago: its writer is gone
+    os.utime(old_tmp, (1, 1))  # written long ago: its writer is gone
     fit(make_model(), batches, lm_loss, TrainConfig(steps=1, warmup_steps=1, checkpoint_path=str(path)), progress=False)
     assert not old_tmp.exists() and young_tmp.exists()
 
@@ -826,7 +928,7 @@ def test_seconds_per_step_times_real_steps_and_steps_in_budget_fills_the_budget(
     assert 0 < seconds < 5
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # it trained (a throwaway copy)
     assert steps_in_budget(100.0, 1.0) == 97 and steps_in_budget(8.0, 0.25, share=0.5, minimum=1) == 16
-    assert steps_in_budget(1.0, 0.5) == 20                     # at least 20 steps by default
+    assert steps_in_budget(1.0, 0.5) == 20  # at least 20 steps by default
     assert steps_in_budget(1.0, 0.5, minimum=1) == 1
     with pytest.raises(ValueError, match="step_s must be a finite real > 0"):
         steps_in_budget(10.0, 0.0)
@@ -839,6 +941,13 @@ def test_training_re_exports_nothing_that_moved():
     imported from there: training offers only its own loop (issue 42)."""
     import transformer_book.training as training
 
-    moved = ["load_model", "save_model", "label_smoothed_cross_entropy", "language_model_loss", "seq2seq_loss",
-             "warmup_cosine", "warmup_inverse_sqrt"]
+    moved = [
+        "load_model",
+        "save_model",
+        "label_smoothed_cross_entropy",
+        "language_model_loss",
+        "seq2seq_loss",
+        "warmup_cosine",
+        "warmup_inverse_sqrt",
+    ]
     assert [name for name in moved if hasattr(training, name)] == []

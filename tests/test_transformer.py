@@ -51,8 +51,16 @@ def _randomise(module: nn.Module, seed: int) -> nn.Module:
 
 def _config(**overrides) -> TransformerConfig:
     options = dict(
-        src_vocab_size=13, tgt_vocab_size=11, d_model=16, n_heads=4, d_ff=32,
-        n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_len=24, pad_id=PAD,
+        src_vocab_size=13,
+        tgt_vocab_size=11,
+        d_model=16,
+        n_heads=4,
+        d_ff=32,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        max_len=24,
+        pad_id=PAD,
     )
     options.update(overrides)
     return TransformerConfig(**options)
@@ -89,8 +97,12 @@ def test_stacks_match_torch_transformer(norm_first, mode):
     memory = encoder(x, src_padding[:, None, :])
     out = decoder(y, memory, combine_masks(tgt_padding[:, None, :], causal_mask(6)), src_padding[:, None, :])
     expected = twin(
-        x, y, tgt_mask=causal_mask(6), src_key_padding_mask=src_padding,
-        tgt_key_padding_mask=tgt_padding, memory_key_padding_mask=src_padding,
+        x,
+        y,
+        tgt_mask=causal_mask(6),
+        src_key_padding_mask=src_padding,
+        tgt_key_padding_mask=tgt_padding,
+        memory_key_padding_mask=src_padding,
     )
     real = ~tgt_padding
     torch.testing.assert_close(out[real], expected[real], **TOL)
@@ -101,8 +113,12 @@ def test_stacks_match_torch_transformer(norm_first, mode):
         torch.testing.assert_close(a, b, **TOL)
     with torch.no_grad():  # PyTorch's inference fast paths, where they apply
         again = twin(
-            x, y, tgt_mask=causal_mask(6), src_key_padding_mask=src_padding,
-            tgt_key_padding_mask=tgt_padding, memory_key_padding_mask=src_padding,
+            x,
+            y,
+            tgt_mask=causal_mask(6),
+            src_key_padding_mask=src_padding,
+            tgt_key_padding_mask=tgt_padding,
+            memory_key_padding_mask=src_padding,
         )
     torch.testing.assert_close(out[real], again[real], **TOL)
 
@@ -393,8 +409,16 @@ def test_tiny_transformer_learns_to_reverse():
     torch.manual_seed(0)
     model = Transformer(
         TransformerConfig(
-            vocab, vocab, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=1, n_decoder_layers=1,
-            dropout=0.0, max_len=16, pad_id=PAD,
+            vocab,
+            vocab,
+            d_model=32,
+            n_heads=4,
+            d_ff=64,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            dropout=0.0,
+            max_len=16,
+            pad_id=PAD,
         )
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -422,14 +446,21 @@ def test_tiny_transformer_learns_to_reverse():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("position, expected", [("alibi", "adds a bias to the attention scores"),
-                                                ("rotary", "rotates the queries and keys")])
+@pytest.mark.parametrize(
+    "position, expected", [("alibi", "adds a bias to the attention scores"), ("rotary", "rotates the queries and keys")]
+)
 def test_positions_in_the_attention_are_refused(position, expected):
-    with pytest.raises(ValueError, match=rf"^Transformer: position '{position}' {expected}, which Transformer does "
-                                         r"not take; choose 'learned' or 'sinusoidal'$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^Transformer: position '{position}' {expected}, which Transformer does "
+        r"not take; choose 'learned' or 'sinusoidal'$",
+    ):
         Transformer(_config(position=position))
-    with pytest.raises(ValueError, match=r"^Transformer: unknown position 'rope'; Transformer takes 'learned' or "
-                                         r"'sinusoidal'$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Transformer: unknown position 'rope'; Transformer takes 'learned' or "
+        r"'sinusoidal'$",
+    ):
         Transformer(_config(position="rope"))
 
 
@@ -442,8 +473,11 @@ class TransformerBeforeTheFactory(Transformer):
         nn.Module.__init__(self)
         self.config = c = config
         self.src_embedding = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
-        self.tgt_embedding = (self.src_embedding if c.share_embeddings
-                              else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id))
+        self.tgt_embedding = (
+            self.src_embedding
+            if c.share_embeddings
+            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        )
         for embedding in dict.fromkeys([self.src_embedding, self.tgt_embedding]):
             nn.init.normal_(embedding.weight, std=c.d_model**-0.5)
             with torch.no_grad():
@@ -473,11 +507,11 @@ def test_a_seeded_transformer_has_the_weights_and_outputs_it_had_before_the_fact
     before = TransformerBeforeTheFactory(config)
     torch.manual_seed(0)
     now = Transformer(config)
-    assert list(before.state_dict()) == list(now.state_dict())           # the same keys, in the same order
+    assert list(before.state_dict()) == list(now.state_dict())  # the same keys, in the same order
     assert all(torch.equal(a, b) for a, b in zip(before.state_dict().values(), now.state_dict().values()))
     g = torch.Generator().manual_seed(3)
     src, tgt_in = torch.randint(1, 11, (3, 9), generator=g), torch.randint(1, 11, (3, 7), generator=g)
-    for train in (True, False):                                          # dropout drawn from one seed, and none
+    for train in (True, False):  # dropout drawn from one seed, and none
         outputs = []
         for model in (before, now):
             torch.manual_seed(1)
@@ -491,7 +525,7 @@ def test_a_file_that_names_the_field_positional_loads(tmp_path):
     saved = checkpoints.read_checkpoint(path)
     config = saved["config"]
     saved["config"] = {("positional" if k == "position" else k): v for k, v in config.items()}
-    checkpoints.write_checkpoint(saved, path)                            # as written before the rename
+    checkpoints.write_checkpoint(saved, path)  # as written before the rename
     loaded, _, _ = checkpoints.load_model(path)
     assert loaded.config == model.config and loaded.config.position == "learned"
     src, tgt_in = torch.randint(1, 11, (2, 5)), torch.randint(1, 11, (2, 4))
@@ -515,6 +549,8 @@ def test_seeded_initialisation_is_repeatable_across_processes() -> None:
         "    h.update(name.encode()); h.update(t.detach().numpy().tobytes())\n"
         "print(h.hexdigest())\n"
     )
-    digests = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-               for _ in range(4)}
+    digests = {
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+        for _ in range(4)
+    }
     assert len(digests) == 1, digests

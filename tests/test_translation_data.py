@@ -50,6 +50,7 @@ def _zip(members: dict) -> bytes:
 
 # ----------------------------------------------------------------------------- loaders
 
+
 def test_multi30k_pairs_german_with_english(files):
     files("multi30k", "val.de.gz", _gz("Ein Hund läuft.\nZwei Männer\u2028lachen.\n"))
     files("multi30k", "val.en.gz", _gz("A dog runs.\nTwo men laugh.\n"))
@@ -99,8 +100,11 @@ def test_unknown_split_lists_the_known_ones():
 
 
 def test_tatoeba_reads_english_tab_german_into_german_english_pairs(files):
-    files("tatoeba_deu_eng", "deu-eng.zip",
-          _zip({"deu.txt": "Hi.\tHallo!\r\nRun!\tLauf!\tCC-BY 2.0 (France) Attribution\n\n", "_about.txt": "x"}))
+    files(
+        "tatoeba_deu_eng",
+        "deu-eng.zip",
+        _zip({"deu.txt": "Hi.\tHallo!\r\nRun!\tLauf!\tCC-BY 2.0 (France) Attribution\n\n", "_about.txt": "x"}),
+    )
     assert data.load_tatoeba() == [("Hallo!", "Hi."), ("Lauf!", "Run!")]
     assert "tatoeba.org" in data.TATOEBA_ATTRIBUTION
 
@@ -124,6 +128,7 @@ def test_tatoeba_empty_side_is_dropped_with_a_warning(files):
 
 
 # ----------------------------------------------------------------------------- collation
+
 
 def test_pad_sequences():
     out = pad_sequences([[5, 6, 7], [8]], pad_id=0)
@@ -178,10 +183,13 @@ def test_encode_pairs_drops_long_and_empty_pairs_with_warnings():
 
 # ----------------------------------------------------------------------------- bucketed batches
 
+
 def _examples(n=500, seed=0):
     rng = np.random.default_rng(seed)
-    return [(list(rng.integers(4, 90, rng.integers(1, 30))), list(rng.integers(4, 90, rng.integers(1, 30))))
-            for _ in range(n)]
+    return [
+        (list(rng.integers(4, 90, rng.integers(1, 30))), list(rng.integers(4, 90, rng.integers(1, 30))))
+        for _ in range(n)
+    ]
 
 
 def test_every_example_once_per_epoch_within_the_token_budget():
@@ -218,8 +226,8 @@ def test_batches_shared_by_threads_are_those_of_one_thread():
         with ThreadPoolExecutor(4) as pool:
             found = dict(zip(order, pool.map(lambda i, shared=shared: shared.locate(steps[i]), order)))
         assert [found[i] for i in range(len(steps))] == expected
-        assert [shared.locate(step) for step in steps] == expected          # not corrupted afterwards
-    copy = pickle.loads(pickle.dumps(shared))                                # the lock is not pickled
+        assert [shared.locate(step) for step in steps] == expected  # not corrupted afterwards
+    copy = pickle.loads(pickle.dumps(shared))  # the lock is not pickled
     assert copy.locate(steps[-1]) == expected[-1]
 
 
@@ -271,10 +279,11 @@ def test_bucketed_batches_check_a_step_once(monkeypatch):
 
     seen = []
     real = checks.non_negative_int
-    monkeypatch.setattr(checks, "non_negative_int", lambda where, **values: seen.append((where, *values)) or real(
-        where, **values))
+    monkeypatch.setattr(
+        checks, "non_negative_int", lambda where, **values: seen.append((where, *values)) or real(where, **values)
+    )
     batches = BucketedBatches(_examples(), max_tokens=200, seed=3)
-    step = 3 * len(batches) + 1                                   # epoch 3: epochs 0 to 3 are built
+    step = 3 * len(batches) + 1  # epoch 3: epochs 0 to 3 are built
     epoch, index = batches.locate(step)
     assert seen == [("BucketedBatches", "step")] and epoch >= 2
     seen.clear()
@@ -286,6 +295,7 @@ def test_bucketed_batches_check_a_step_once(monkeypatch):
 
 # ----------------------------------------------------------------------------- language-model windows
 
+
 def test_random_windows_are_next_token_pairs_and_repeat_by_step():
     from transformer_book.data import RandomWindows
 
@@ -293,8 +303,8 @@ def test_random_windows_are_next_token_pairs_and_repeat_by_step():
     windows = RandomWindows(ids, context=8, batch_size=5, seed=1)
     x, y = windows(3)
     assert x.shape == y.shape == (5, 8)
-    assert torch.equal(y, x + 1)                              # y is x shifted by one position
-    assert torch.equal(x[:, 1:], x[:, :-1] + 1)               # contiguous windows
+    assert torch.equal(y, x + 1)  # y is x shifted by one position
+    assert torch.equal(x[:, 1:], x[:, :-1] + 1)  # contiguous windows
     assert x.min() >= 0 and y.max() <= 99
     assert torch.equal(RandomWindows(ids, 8, 5, seed=1)(3)[0], x)  # a pure function of (seed, step)
     assert not torch.equal(windows(4)[0], x)
@@ -308,26 +318,32 @@ def test_random_windows_are_next_token_pairs_and_repeat_by_step():
 # split_linked_groups: no sentence of the test part is trained on, on either side
 # --------------------------------------------------------------------------------------
 
+
 def _linked_corpus():
     # 300 groups: group g has English sentences e{g}a, e{g}b and German g{g}a, g{g}b, g{g}c linked
     # into one component by pairs that share a side (a chain a-a, a-b, b-b, c-b).
     pairs = []
     for g in range(300):
-        pairs += [(f"G{g} a.", f"E{g} a."), (f"G{g} a.", f"E{g} b."), (f"G{g} b.", f"E{g} b."), (f"g{g}  C.", f"E{g} B.")]
+        pairs += [
+            (f"G{g} a.", f"E{g} a."),
+            (f"G{g} a.", f"E{g} b."),
+            (f"G{g} b.", f"E{g} b."),
+            (f"g{g}  C.", f"E{g} B."),
+        ]
     return pairs
 
 
 def test_split_linked_groups_keeps_every_group_whole():
     pairs = _linked_corpus()
     split = data.split_linked_groups(pairs, val_size=40, test_size=80, seed=3)
-    assert len(split.test) == 80 and len(split.val) == 40 and split.held_out == 0   # groups of 4 fill them exactly
+    assert len(split.test) == 80 and len(split.val) == 40 and split.held_out == 0  # groups of 4 fill them exactly
     assert sorted(split.train + split.val + split.test) == sorted(pairs)
-    group = lambda pair: pair[1].split()[0].lower()                                   # e.g. "e17"
+    group = lambda pair: pair[1].split()[0].lower()  # e.g. "e17"
     parts = [{group(p) for p in part} for part in (split.train, split.val, split.test)]
     assert not parts[0] & parts[1] and not parts[0] & parts[2] and not parts[1] & parts[2]
     sentences = lambda part: {" ".join(s.casefold().split()) for pair in part for s in pair}
-    assert not sentences(split.train) & sentences(split.test)                         # on either side, any case
-    assert [pairs.index(p) for p in split.train] == sorted(pairs.index(p) for p in split.train)   # corpus order
+    assert not sentences(split.train) & sentences(split.test)  # on either side, any case
+    assert [pairs.index(p) for p in split.train] == sorted(pairs.index(p) for p in split.train)  # corpus order
     again = data.split_linked_groups(pairs, val_size=40, test_size=80, seed=3)
     other = data.split_linked_groups(pairs, val_size=40, test_size=80, seed=4)
     assert again == split and other.test != split.test

@@ -14,9 +14,9 @@ from transformer_book.recipes import translator
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "bo", "fe", "gu", "pi", "sa", "we", "zo", "ha", "du", "ki"]
-WORDS = [a + b + c for a in SYLLABLES for b in SYLLABLES for c in SYLLABLES[:4]]     # 1,024 made-up words
+WORDS = [a + b + c for a in SYLLABLES for b in SYLLABLES for c in SYLLABLES[:4]]  # 1,024 made-up words
 GERMAN = [" ".join(WORDS[(17 * i + 5 * k) % len(WORDS)] for k in range(3 + i % 4)) for i in range(800)]
-ENGLISH = [" ".join(w[::-1] for w in sentence.split()) for sentence in GERMAN]      # each word reversed
+ENGLISH = [" ".join(w[::-1] for w in sentence.split()) for sentence in GERMAN]  # each word reversed
 
 
 @pytest.fixture
@@ -35,7 +35,9 @@ def test_trains_once_then_loads(fake_multi30k, tmp_path):
     assert info2["source"] == "loaded" and info2["val_loss"] == info["val_loss"]
     assert tokenizer2.to_bytes() == tokenizer.to_bytes()
     sentences = GERMAN[:2]
-    assert translate(again, sentences, tokenizer2, max_new_tokens=5) == translate(model, sentences, tokenizer, max_new_tokens=5)
+    assert translate(again, sentences, tokenizer2, max_new_tokens=5) == translate(
+        model, sentences, tokenizer, max_new_tokens=5
+    )
     assert translator.checkpoint_path("full").name == "07_translation-full.pt"
     with pytest.raises(ValueError, match="steps must be a positive int"):
         translator.load_or_train(steps=0)
@@ -45,8 +47,13 @@ def test_load_or_train_refuses_a_file_that_holds_another_model(fake_multi30k, tm
     from transformer_book.checkpoints import save_model
     from transformer_book.models import BERT, BERTConfig
 
-    path = save_model(tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)))
-    with pytest.raises(ValueError, match=r"load_or_train: .*bert.pt holds a BERT with no tokenizer, not a Transformer with a SubwordTokenizer"):
+    path = save_model(
+        tmp_path / "bert.pt", BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16))
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"load_or_train: .*bert.pt holds a BERT with no tokenizer, not a Transformer with a SubwordTokenizer",
+    ):
         translator.load_or_train(path=path, device="cpu")
 
 
@@ -63,7 +70,7 @@ def test_a_translator_saved_without_its_corpus_loads_from_its_own_path_only(fake
     corpus's own path that file is the corpus's and loads; anywhere else it is refused."""
     model, tokenizer, _ = translator.load_or_train(steps=2, device="cpu", progress=False)
     own = translator.checkpoint_path()
-    checkpoints.save_model(own, model, tokenizer=tokenizer, metadata={"steps": 2})        # as chapter 7 does
+    checkpoints.save_model(own, model, tokenizer=tokenizer, metadata={"steps": 2})  # as chapter 7 does
     assert translator.load_or_train(device="cpu")[2]["source"] == "loaded"
     elsewhere = tmp_path / "copy.pt"
     checkpoints.save_model(elsewhere, model, tokenizer=tokenizer, metadata={"steps": 2})
@@ -89,7 +96,7 @@ def test_tatoeba_split_holds_out_the_running_example_and_whole_groups(fake_tatoe
     assert split.held_out == 1
     assert translator.RUNNING_EXAMPLE not in {g for g, _ in split.train + split.val + split.test}
     test_english = {e for _, e in split.test}
-    assert not test_english & {e for _, e in split.train}           # a test sentence's other translation is not trained on
+    assert not test_english & {e for _, e in split.train}  # a test sentence's other translation is not trained on
     with pytest.raises(ValueError, match="corpus_splits: corpus must be one of 'multi30k' or 'tatoeba', got 'wmt'"):
         translator.corpus_splits("wmt")
 
@@ -98,13 +105,19 @@ def test_tatoeba_translator_has_its_own_checkpoint(fake_tatoeba, tmp_path):
     path = translator.checkpoint_path(corpus="tatoeba")
     assert path == tmp_path / "cache" / "checkpoints" / "07_translation_tatoeba-quick.pt"
     trained = translator.train("tatoeba", steps=2, device="cpu", progress=False)
-    assert not path.exists()                                       # train trains; save saves
+    assert not path.exists()  # train trains; save saves
     assert trained.history.train_loss[-1][0] == 2 and trained.recipe.corpus == "tatoeba"
     assert translator.save(trained.model, trained.tokenizer, trained.summary, corpus="tatoeba") == path
     assert path.exists() and not translator.checkpoint_path().exists()
     model, tokenizer, info = translator.load_or_train("tatoeba", device="cpu", progress=False)
-    assert info == {"corpus": "tatoeba", "steps": 2, "val_loss": trained.history.val_loss[-1][1],
-                    "train_seconds": trained.history.train_time_s[-1][1], "source": "loaded", "path": str(path)}
+    assert info == {
+        "corpus": "tatoeba",
+        "steps": 2,
+        "val_loss": trained.history.val_loss[-1][1],
+        "train_seconds": trained.history.train_time_s[-1][1],
+        "source": "loaded",
+        "path": str(path),
+    }
     saved = trained.model.state_dict()
     assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
     assert tokenizer.to_bytes() == trained.tokenizer.to_bytes()
@@ -115,8 +128,9 @@ def test_save_records_the_corpus_that_load_or_train_checks(fake_multi30k, tmp_pa
     from transformer_book.models import BERT, BERTConfig
 
     model, tokenizer, _ = translator.load_or_train(steps=2, device="cpu", progress=False)
-    path = translator.save(model, tokenizer, {"test_bleu": 1.5, "steps": 2}, corpus="multi30k",
-                           path=tmp_path / "copy.pt")
+    path = translator.save(
+        model, tokenizer, {"test_bleu": 1.5, "steps": 2}, corpus="multi30k", path=tmp_path / "copy.pt"
+    )
     info = translator.load_or_train(path=path, device="cpu")[2]
     assert info == {"corpus": "multi30k", "test_bleu": 1.5, "steps": 2, "source": "loaded", "path": str(path)}
     with pytest.raises(ValueError, match="holds a model trained with corpus='multi30k', not corpus='tatoeba'"):
@@ -126,8 +140,13 @@ def test_save_records_the_corpus_that_load_or_train_checks(fake_multi30k, tmp_pa
     with pytest.raises(ValueError, match="save: corpus must be one of 'multi30k' or 'tatoeba', got 'wmt'"):
         translator.save(model, tokenizer, {}, corpus="wmt", path=tmp_path / "x.pt")
     with pytest.raises(ValueError, match="model must be a models.Transformer, got BERT"):
-        translator.save(BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)),
-                        tokenizer, {}, corpus="multi30k", path=tmp_path / "x.pt")
+        translator.save(
+            BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)),
+            tokenizer,
+            {},
+            corpus="multi30k",
+            path=tmp_path / "x.pt",
+        )
     assert not (tmp_path / "x.pt").exists()
 
 
@@ -162,8 +181,13 @@ def test_chapter_7_stores_a_correct_translation_of_the_running_example():
     # of water". (Its greedy output is stored beside it, right or not: since the fused LayerNorm the
     # greedy path writes "I want to be a bottle of water.", which the chapter discusses.)
     notebook = json.loads((Path(__file__).resolve().parent.parent / "book" / "07_translation.ipynb").read_text())
-    cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"
-             and "mt.translate_with_attention(everyday.model, everyday.tokenizer, mt.RUNNING_EXAMPLE)" in "".join(cell["source"])]
+    cells = [
+        cell
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code"
+        and "mt.translate_with_attention(everyday.model, everyday.tokenizer, mt.RUNNING_EXAMPLE)"
+        in "".join(cell["source"])
+    ]
     assert len(cells) == 1, "chapter 7 must translate the running example with mt.translate_with_attention once"
     text = "".join("".join(out.get("text", "")) for out in cells[0]["outputs"] if out.get("output_type") == "stream")
     assert re.search(r"^greedy: .+   \(log P", text, flags=re.MULTILINE), f"no greedy translation stored: {text!r}"

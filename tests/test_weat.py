@@ -89,7 +89,7 @@ def test_targets_on_their_attributes_reach_the_bound_and_the_smallest_p():
     assert result.effect_size == pytest.approx(2 * math.sqrt((2 * n - 1) / (2 * n)), abs=1e-12)
     assert result.effect_size < 2
     assert result.statistic == pytest.approx(2 * n)
-    assert result.p_value == pytest.approx(1 / math.comb(2 * n, n))   # the observed partition alone
+    assert result.p_value == pytest.approx(1 / math.comb(2 * n, n))  # the observed partition alone
     # near, not on: still close to the bound, still the smallest p
     rng = np.random.default_rng(0)
     near = weat_from_vectors(X + 0.05 * rng.normal(size=X.shape), Y + 0.05 * rng.normal(size=Y.shape), A, B)
@@ -102,7 +102,7 @@ def test_swapping_the_attributes_flips_the_sign():
     forward, backward = weat_from_vectors(X, Y, A, B), weat_from_vectors(X, Y, B, A)
     assert backward.effect_size == pytest.approx(-forward.effect_size, abs=1e-12)
     assert backward.statistic == pytest.approx(-forward.statistic, abs=1e-12)
-    assert forward.effect_size != pytest.approx(0, abs=1e-3)              # not a trivial case
+    assert forward.effect_size != pytest.approx(0, abs=1e-3)  # not a trivial case
     # the two one-sided p-values cover every partition once, and the tied ones (S_i = +-S) twice
     swapped_targets = weat_from_vectors(Y, X, A, B)
     assert swapped_targets.effect_size == pytest.approx(-forward.effect_size, abs=1e-12)
@@ -113,7 +113,7 @@ def test_identical_target_sets_have_no_effect():
     X, _, A, B = _sets(2)
     result = weat_from_vectors(X, X.copy(), A, B)
     assert result.effect_size == 0 and result.statistic == pytest.approx(0, abs=1e-12)
-    assert result.p_value >= 0.5            # S_i and -S_i are both partitions: at least half are >= 0
+    assert result.p_value >= 0.5  # S_i and -S_i are both partitions: at least half are >= 0
     # every target the same vector: s is constant, the standard deviation zero, d undefined
     same = np.repeat(X[:1], 4, axis=0)
     flat = weat_from_vectors(same, same.copy(), A, B)
@@ -163,21 +163,21 @@ def test_tensors_and_float32_give_the_arrays_result():
 
 
 def test_sampled_p_value_is_seeded_and_near_the_exact_one():
-    X, Y, A, B = _sets(10, n=6)                    # C(12, 6) = 924 partitions
+    X, Y, A, B = _sets(10, n=6)  # C(12, 6) = 924 partitions
     exact = weat_from_vectors(X, Y, A, B, permutations=924)
     assert exact.exact and exact.permutations == 924
     sampled = weat_from_vectors(X, Y, A, B, permutations=923, seed=1)
     assert not sampled.exact and sampled.permutations == 923
     assert sampled.effect_size == exact.effect_size
-    assert sampled == weat_from_vectors(X, Y, A, B, permutations=923, seed=1)      # deterministic
+    assert sampled == weat_from_vectors(X, Y, A, B, permutations=923, seed=1)  # deterministic
     assert sampled.p_value != weat_from_vectors(X, Y, A, B, permutations=923, seed=2).p_value
-    assert abs(sampled.p_value - exact.p_value) < 0.06                           # about 4 standard errors
+    assert abs(sampled.p_value - exact.p_value) < 0.06  # about 4 standard errors
     many = weat_from_vectors(X, Y, A, B, permutations=20_000, seed=3)
     assert abs(many.p_value - exact.p_value) < 0.015
 
 
 def test_sampled_p_value_counts_the_observed_partition():
-    n = 10                                           # C(20, 10) = 184,756 partitions: sampled
+    n = 10  # C(20, 10) = 184,756 partitions: sampled
     A, B = np.eye(3)[[0, 0]], np.eye(3)[[1, 1]]
     X, Y = np.repeat(A[:1], n, axis=0), np.repeat(B[:1], n, axis=0)
     result = weat_from_vectors(X, Y, A, B, permutations=1_000)
@@ -199,8 +199,14 @@ def _vocabulary():
 
 def test_words_are_looked_up_like_vectors():
     vectors, words = _vocabulary()
-    result = weat(vectors, words, ["x1", "x2", "x3", "x4"], ["y1", "y2", "y3", "y4"],
-                  ["a1", "a2", "a3", "a4"], ["b1", "b2", "b3", "b4"])
+    result = weat(
+        vectors,
+        words,
+        ["x1", "x2", "x3", "x4"],
+        ["y1", "y2", "y3", "y4"],
+        ["a1", "a2", "a3", "a4"],
+        ["b1", "b2", "b3", "b4"],
+    )
     direct = weat_from_vectors(vectors[0:4], vectors[4:8], vectors[8:12], vectors[12:16])
     assert isinstance(result, WEATResult)
     assert result == direct
@@ -208,8 +214,14 @@ def test_words_are_looked_up_like_vectors():
 
 def test_missing_words_are_dropped_and_reported():
     vectors, words = _vocabulary()
-    result = weat(vectors, words, ["x1", "zinnia", "x2", "x3"], ["y1", "y2", "weevil", "y3"],
-                  ["a1", "a2", "caress", "a3"], ["b1", "b2", "b3", "b4", "agony"])
+    result = weat(
+        vectors,
+        words,
+        ["x1", "zinnia", "x2", "x3"],
+        ["y1", "y2", "weevil", "y3"],
+        ["a1", "a2", "caress", "a3"],
+        ["b1", "b2", "b3", "b4", "agony"],
+    )
     assert result.missing == ("zinnia", "weevil", "caress", "agony")
     assert result.sizes == (3, 3, 3, 4) and result.trimmed == ()
     direct = weat_from_vectors(vectors[[0, 1, 2]], vectors[[4, 5, 6]], vectors[[8, 9, 10]], vectors[12:16])
@@ -220,7 +232,7 @@ def test_the_longer_target_list_is_trimmed_in_list_order():
     vectors, words = _vocabulary()
     result = weat(vectors, words, ["x3", "x1", "x4", "x2"], ["y2", "gnat", "y4"], ["a1", "a2"], ["b1", "b2"])
     assert result.missing == ("gnat",)
-    assert result.trimmed == ("x4", "x2")                   # the last two of X, as listed
+    assert result.trimmed == ("x4", "x2")  # the last two of X, as listed
     assert result.sizes == (2, 2, 2, 2)
     direct = weat_from_vectors(vectors[[2, 0]], vectors[[5, 7]], vectors[[8, 9]], vectors[[12, 13]])
     assert result.effect_size == direct.effect_size and result.statistic == direct.statistic
@@ -233,8 +245,11 @@ def test_the_longer_target_list_is_trimmed_in_list_order():
 
 def test_too_few_words_name_the_list():
     vectors, words = _vocabulary()
-    with pytest.raises(ValueError, match=r"only 1 of the 3 words of attributes_b are in the vocabulary "
-                                         r"\(missing: agony, vomit\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"only 1 of the 3 words of attributes_b are in the vocabulary "
+        r"\(missing: agony, vomit\)",
+    ):
         weat(vectors, words, ["x1", "x2"], ["y1", "y2"], ["a1", "a2"], ["b1", "agony", "vomit"])
     with pytest.raises(ValueError, match="targets_y must be a list of words, got the single str 'y1'"):
         weat(vectors, words, ["x1", "x2"], "y1", ["a1", "a2"], ["b1", "b2"])
@@ -275,7 +290,7 @@ def test_the_papers_word_lists():
     for name, test in WEAT_TESTS.items():
         assert isinstance(test, WEATTest)
         assert tuple(len(words) for words in test.word_lists) == sizes[name]
-        assert all(len(set(words)) == len(words) for words in test.word_lists), name   # no repeats
+        assert all(len(set(words)) == len(words) for words in test.word_lists), name  # no repeats
         assert len(test.names) == 4
     assert WEAT_TESTS["weat6"].targets_x[0] == "John" and WEAT_TESTS["weat6"].targets_y[-1] == "Donna"
     assert WEAT_TESTS["weat7"].attributes_b[-1] == "daughter"

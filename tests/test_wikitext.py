@@ -14,7 +14,6 @@ from transformer_book.data.wikitext import load_wikitext2_stream
 TEXT = " \n = Valkyria Chronicles = \n \n The game 's story @-@ line <unk> .\n\n Second Paragraph here \n"
 
 
-
 def test_paragraphs_of_tokens_lower_cased_without_blank_lines(fetched):
     path, calls = fetched
     path.write_text(TEXT, encoding="utf-8")
@@ -38,12 +37,19 @@ def test_unknown_split_and_undecodable_file(fetched):
 
 # --- the language-modelling stream ---------------------------------------------------------
 
+
 def test_stream_keeps_blank_lines_and_case_and_ends_every_line_with_eos(fetched):
     path, calls = fetched
     path.write_text(TEXT, encoding="utf-8")
     expected = []
-    for line in [" ", " = Valkyria Chronicles = ", " ", " The game 's story @-@ line <unk> .", "",
-                 " Second Paragraph here "]:
+    for line in [
+        " ",
+        " = Valkyria Chronicles = ",
+        " ",
+        " The game 's story @-@ line <unk> .",
+        "",
+        " Second Paragraph here ",
+    ]:
         expected += line.split() + ["<eos>"]
     stream = load_wikitext2_stream("valid", download=False)
     assert stream == expected
@@ -56,7 +62,9 @@ def test_stream_keeps_blank_lines_and_case_and_ends_every_line_with_eos(fetched)
 
 def test_stream_unknown_split_and_undecodable_file(fetched):
     path, _ = fetched
-    with pytest.raises(ValueError, match=r"load_wikitext2_stream: unknown split 'dev'; known splits: train, valid, test"):
+    with pytest.raises(
+        ValueError, match=r"load_wikitext2_stream: unknown split 'dev'; known splits: train, valid, test"
+    ):
         load_wikitext2_stream("dev")
     path.write_bytes(b"caf\xe9 \xff\n")
     with pytest.raises(DataError, match="corrupt"):

@@ -105,7 +105,10 @@ def _brute_force_pairs(sentences, vocab, window):
     return pairs
 
 
-GENERATORS = {"numpy": lambda seed: np.random.default_rng(seed), "torch": lambda seed: torch.Generator().manual_seed(seed)}
+GENERATORS = {
+    "numpy": lambda seed: np.random.default_rng(seed),
+    "torch": lambda seed: torch.Generator().manual_seed(seed),
+}
 """The two kinds of generator the pair builders take: NumPy's (arrays back) and torch's (tensors
 back, built on the generator's device: how a GPU run draws its examples)."""
 
@@ -191,8 +194,11 @@ def test_flat_cbow_windows_are_the_padded_windows_without_their_padding(kind, re
     generator = GENERATORS[kind](7)
     centres, contexts = map(_np, cbow_windows(corpus, 3, generator, keep=keep, reduced=reduced))
     if shuffle:
-        order = (torch.randperm(len(centres), generator=generator).numpy() if kind == "torch"
-                 else generator.permutation(len(centres)))
+        order = (
+            torch.randperm(len(centres), generator=generator).numpy()
+            if kind == "torch"
+            else generator.permutation(len(centres))
+        )
         assert not np.array_equal(order, np.arange(len(order)))
         centres, contexts = centres[order], contexts[order]
     assert len(flat) == len(centres) > 100
@@ -200,8 +206,8 @@ def test_flat_cbow_windows_are_the_padded_windows_without_their_padding(kind, re
     starts = flat.starts.numpy()
     np.testing.assert_array_equal(starts, flat.starts_host)
     for i in range(len(centres)):
-        np.testing.assert_array_equal(flat.ids[starts[i]:starts[i + 1]].numpy(), contexts[i][contexts[i] >= 0])
-        assert (flat.window[starts[i]:starts[i + 1]] == i).all()
+        np.testing.assert_array_equal(flat.ids[starts[i] : starts[i + 1]].numpy(), contexts[i][contexts[i] >= 0])
+        assert (flat.window[starts[i] : starts[i + 1]] == i).all()
     assert starts[-1] == len(flat.ids) == (contexts >= 0).sum()
     # a batch: its centres, its words, offsets into them, windows counted from its start
     centre, ids, offsets, window = flat.batch(10, 20)
@@ -232,7 +238,7 @@ def test_cbow_input_updates_summed_per_word_equal_a_loop(cap):
     lengths = torch.randint(1, 7, (batch,), generator=generator)
     window = torch.arange(batch).repeat_interleave(lengths)
     rows = torch.randint(0, 8, (len(window),), generator=generator)  # a few words, often repeated
-    rows[:2] = 3                                                     # word 3 twice in window 0
+    rows[:2] = 3  # word 3 twice in window 0
     grad_h = torch.randn(batch, d, generator=generator, dtype=torch.float64)
     expected = torch.zeros(vocab_size, d, dtype=torch.float64)
     for w in rows.unique().tolist():
@@ -248,7 +254,9 @@ def test_cbow_input_updates_summed_per_word_equal_a_loop(cap):
         assert not torch.allclose(expected, torch.zeros_like(expected).index_add_(0, rows, grad_h[window]))
 
 
-@pytest.mark.parametrize("weighting,weight", [("harmonic", lambda d, L: 1 / d), ("linear", lambda d, L: (L - d + 1) / L)])
+@pytest.mark.parametrize(
+    "weighting,weight", [("harmonic", lambda d, L: 1 / d), ("linear", lambda d, L: (L - d + 1) / L)]
+)
 def test_weighted_cooccurrence_equals_a_loop(weighting, weight):
     rng = np.random.default_rng(0)
     ids = rng.integers(-1, 6, size=300)
@@ -293,7 +301,8 @@ def test_sgns_gradients_equal_autograd(groups):
     # the loss of pair 0 by hand
     m = B // groups
     hand = -torch.log(torch.sigmoid(v[0] @ u_pos[0])) - sum(
-        torch.log(torch.sigmoid(-(u_neg[0, i] @ v[0]))) for i in range(k))
+        torch.log(torch.sigmoid(-(u_neg[0, i] @ v[0]))) for i in range(k)
+    )
     torch.testing.assert_close(per_pair[0], hand.detach())
     if 1 < groups < B:
         with pytest.raises(ValueError, match="cannot share"):
@@ -334,13 +343,20 @@ def test_word2vec_learns_which_words_share_contexts(architecture, examples_on_de
     generator on the training device (a GPU's way, forced here on the CPU)."""
     if examples_on_device:
         original = word2vec_module._epoch_examples
-        monkeypatch.setattr(word2vec_module, "_epoch_examples",
-                            lambda *args: original(*args[:-1], True))
+        monkeypatch.setattr(word2vec_module, "_epoch_examples", lambda *args: original(*args[:-1], True))
     sentences, topics = _topic_corpus()
     vocab = _vocab(sentences)
     corpus = encode_corpus(sentences, vocab)
-    config = Word2VecConfig(architecture=architecture, dim=16, window=3, negatives=3, epochs=3, batch_size=256,
-                            shared_negatives=4, sample=0.0)
+    config = Word2VecConfig(
+        architecture=architecture,
+        dim=16,
+        window=3,
+        negatives=3,
+        epochs=3,
+        batch_size=256,
+        shared_negatives=4,
+        sample=0.0,
+    )
     result = train_word2vec(corpus, vocab.counts, config, progress=False)
     assert result.w_in.shape == (20, 16) and result.w_in.dtype == np.float32
     assert np.isfinite(result.w_in).all() and np.isfinite(result.w_out).all()
@@ -374,13 +390,19 @@ def test_epoch_examples_on_the_device_are_the_built_examples_shuffled(architectu
         built_contexts = [tuple(x for x in row if x >= 0) for row in built_contexts.tolist()]
     else:
         built_contexts = built_contexts.tolist()
-    centres, contexts = examples(word2vec_module._epoch_examples(corpus, config, keep, np.random.default_rng(0),
-                                                                 torch.Generator().manual_seed(4), True))
+    centres, contexts = examples(
+        word2vec_module._epoch_examples(
+            corpus, config, keep, np.random.default_rng(0), torch.Generator().manual_seed(4), True
+        )
+    )
     assert isinstance(centres, torch.Tensor) and len(centres) == len(built_centres)
     assert Counter(zip(centres.tolist(), contexts)) == Counter(zip(built_centres.tolist(), built_contexts))
-    assert not torch.equal(centres, built_centres)                      # shuffled
-    numpy_centres, _ = examples(word2vec_module._epoch_examples(corpus, config, keep, np.random.default_rng(0),
-                                                                torch.Generator().manual_seed(4), False))
+    assert not torch.equal(centres, built_centres)  # shuffled
+    numpy_centres, _ = examples(
+        word2vec_module._epoch_examples(
+            corpus, config, keep, np.random.default_rng(0), torch.Generator().manual_seed(4), False
+        )
+    )
     rng = np.random.default_rng(0)
     expected, _ = make(corpus, 3, rng, keep=keep)
     assert torch.equal(numpy_centres, torch.as_tensor(expected)[torch.as_tensor(rng.permutation(len(expected)))])
@@ -395,8 +417,12 @@ def test_word2vec_is_reproducible_with_a_seed():
     second = train_word2vec(corpus, vocab.counts, config, progress=False)
     np.testing.assert_array_equal(first.w_in, second.w_in)
     np.testing.assert_array_equal(first.w_out, second.w_out)
-    other = train_word2vec(corpus, vocab.counts, Word2VecConfig(dim=8, window=2, negatives=2, epochs=2,
-                                                                batch_size=64, seed=4), progress=False)
+    other = train_word2vec(
+        corpus,
+        vocab.counts,
+        Word2VecConfig(dim=8, window=2, negatives=2, epochs=2, batch_size=64, seed=4),
+        progress=False,
+    )
     assert not np.array_equal(first.w_in, other.w_in)
 
 
@@ -410,7 +436,7 @@ def test_the_progress_bar_ends_full_though_epochs_draw_different_counts(capsys):
     result = train_word2vec(corpus, vocab.counts, config, progress=True)
     last = [line.rsplit("\r", 1)[-1] for line in capsys.readouterr().err.split("\n") if "|" in line][-1]
     assert last.lstrip().startswith(f"{config.architecture}: 100%|"), last
-    shown = last.split("|")[2].split("[")[0].strip()          # "n/total" in tqdm's units
+    shown = last.split("|")[2].split("[")[0].strip()  # "n/total" in tqdm's units
     done, total = shown.split("/")
     assert done == total, last
     assert result.examples > 0
@@ -428,15 +454,28 @@ def test_word2vec_rejects_bad_input():
     with pytest.raises(ValueError, match="no training example"):
         train_word2vec(lonely, np.ones(4), Word2VecConfig(negatives=2, sample=0.0), progress=False)
     with pytest.raises(RuntimeError, match="loss became"):
-        train_word2vec(corpus, vocab.counts, Word2VecConfig(dim=8, lr=1e30, negatives=2, batch_size=64, sample=0.0),
-                       progress=False)
+        train_word2vec(
+            corpus, vocab.counts, Word2VecConfig(dim=8, lr=1e30, negatives=2, batch_size=64, sample=0.0), progress=False
+        )
 
 
 @pytest.mark.parametrize(
     "field,value",
-    [("architecture", "glove"), ("dim", 0), ("window", -1), ("negatives", 0), ("epochs", 1.5), ("lr", -0.1),
-     ("lr", float("nan")), ("min_lr_ratio", 0.0), ("sample", -1.0), ("noise_power", 2.0), ("row_step_cap", 0.5),
-     ("batch_size", True), ("shared_negatives", 0)],
+    [
+        ("architecture", "glove"),
+        ("dim", 0),
+        ("window", -1),
+        ("negatives", 0),
+        ("epochs", 1.5),
+        ("lr", -0.1),
+        ("lr", float("nan")),
+        ("min_lr_ratio", 0.0),
+        ("sample", -1.0),
+        ("noise_power", 2.0),
+        ("row_step_cap", 0.5),
+        ("batch_size", True),
+        ("shared_negatives", 0),
+    ],
 )
 def test_word2vec_config_names_the_bad_field(field, value):
     with pytest.raises(ValueError, match=field):

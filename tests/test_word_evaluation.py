@@ -86,10 +86,13 @@ def _data_lines(filename):
         return [line.rstrip("\n") for line in handle]
 
 
-@pytest.mark.parametrize("name, size, first", [
-    ("wordsim353", 353, ("love", "sex", 6.77)),
-    ("simlex999", 999, ("old", "new", 1.58)),
-])
+@pytest.mark.parametrize(
+    "name, size, first",
+    [
+        ("wordsim353", 353, ("love", "sex", 6.77)),
+        ("simlex999", 999, ("old", "new", 1.58)),
+    ],
+)
 def test_load_word_similarity_sizes_and_content(name, size, first):
     pairs = load_word_similarity(name)
     assert len(pairs) == size
@@ -199,14 +202,17 @@ def test_word_similarity_uses_the_first_row_of_a_repeated_word():
     assert result.spearman != pytest.approx(-1.0)  # what the last row of "a" would give
 
 
-@pytest.mark.parametrize("vectors, words, match", [
-    (np.ones(3), ["a", "b", "c"], "vectors must be a 2-D"),
-    (np.ones((3, 2, 2)), ["a", "b", "c"], "vectors must be a 2-D"),
-    (np.ones((3, 2)), ["a", "b"], "words has 2 entries but vectors has 3 rows"),
-    (np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]), ["a", "b", "c"], "zero row.*'b'"),
-    (np.array([[1.0, 0.0], [np.nan, 1.0], [1.0, 1.0]]), ["a", "b", "c"], "vectors contains NaN"),
-    (np.array([[1.0, 0.0], [np.inf, 1.0], [1.0, 1.0]]), ["a", "b", "c"], "vectors contains NaN or infinite"),
-])
+@pytest.mark.parametrize(
+    "vectors, words, match",
+    [
+        (np.ones(3), ["a", "b", "c"], "vectors must be a 2-D"),
+        (np.ones((3, 2, 2)), ["a", "b", "c"], "vectors must be a 2-D"),
+        (np.ones((3, 2)), ["a", "b"], "words has 2 entries but vectors has 3 rows"),
+        (np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]), ["a", "b", "c"], "zero row.*'b'"),
+        (np.array([[1.0, 0.0], [np.nan, 1.0], [1.0, 1.0]]), ["a", "b", "c"], "vectors contains NaN"),
+        (np.array([[1.0, 0.0], [np.inf, 1.0], [1.0, 1.0]]), ["a", "b", "c"], "vectors contains NaN or infinite"),
+    ],
+)
 def test_bad_vectors_raise(vectors, words, match):
     pairs = [("a", "b", 1.0), ("a", "c", 2.0), ("b", "c", 3.0)]
     with pytest.raises(ValueError, match=match):
@@ -239,18 +245,25 @@ def planted():
     words = [words[i] for i in order]
     vectors = np.array(vectors)[order]
     sections = {
-        "capital-planted": [(f"country{a}", f"capital{a}", f"country{c}", f"capital{c}")
-                            for a in range(n) for c in range(n) if a != c],
+        "capital-planted": [
+            (f"country{a}", f"capital{a}", f"country{c}", f"capital{c}") for a in range(n) for c in range(n) if a != c
+        ],
         "gram1-planted": [(f"adj{a}", f"adv{a}", f"adj{c}", f"adv{c}") for a in range(n) for c in range(n) if a != c],
-        "mixed": [("country0", "capital0", "atlantis", "capital1"), ("adj0", "adv0", "adj1", "nowhere"),
-                  ("noise0", "noise1", "noise2", "noise3"), ("noise4", "noise5", "noise6", "noise7")],
+        "mixed": [
+            ("country0", "capital0", "atlantis", "capital1"),
+            ("adj0", "adv0", "adj1", "nowhere"),
+            ("noise0", "noise1", "noise2", "noise3"),
+            ("noise4", "noise5", "noise6", "noise7"),
+        ],
     }
     return words, vectors, sections
 
 
 def _write_questions(path, sections):
-    path.write_text("".join(f": {name}\n" + "".join(" ".join(q) + "\n" for q in qs) for name, qs in sections.items()),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(f": {name}\n" + "".join(" ".join(q) + "\n" for q in qs) for name, qs in sections.items()),
+        encoding="utf-8",
+    )
 
 
 @pytest.mark.parametrize("restrict_vocab", [None, 50])
@@ -284,7 +297,7 @@ def test_3cosadd_answers_equal_gensim_most_similar_and_a_loop(planted):
     questions = sections["capital-planted"] + sections["gram1-planted"] + sections["mixed"][2:]
     result = analogy_accuracy(vectors, words, questions, method="add")
     for q, predicted in zip(questions, result.predictions):
-        (gensim_answer, _), = kv.most_similar(positive=[q[1], q[2]], negative=[q[0]], topn=1)
+        ((gensim_answer, _),) = kv.most_similar(positive=[q[1], q[2]], negative=[q[0]], topn=1)
         assert predicted == gensim_answer == _loop_answer(vectors, words, q, "add", len(words))
     assert result.n_answered == len(questions) and result.n_oov == 0
     assert result.n_correct == sum(p == q[3] for q, p in zip(questions, result.predictions))
@@ -309,7 +322,9 @@ def test_3cosmul_equals_the_formula_and_gensim_most_similar_cosmul(planted):
             assert predicted == words[int(np.argmax(scores))]
             compared += 1
     assert compared > 0.8 * len(questions)
-    assert result.accuracy == pytest.approx(sum(p == q[3] for q, p in zip(questions, result.predictions)) / len(questions))
+    assert result.accuracy == pytest.approx(
+        sum(p == q[3] for q, p in zip(questions, result.predictions)) / len(questions)
+    )
 
 
 def test_3cosmul_differs_from_3cosadd_somewhere(planted):
@@ -332,8 +347,10 @@ def test_restrict_vocab_limits_candidates_and_counts_oov(planted):
             assert predicted == _loop_answer(vectors, words, q, "add", k)
         else:
             assert predicted is None
-    assert analogy_accuracy(vectors, words, flat, restrict_vocab=10**6).predictions == \
-        analogy_accuracy(vectors, words, flat).predictions
+    assert (
+        analogy_accuracy(vectors, words, flat, restrict_vocab=10**6).predictions
+        == analogy_accuracy(vectors, words, flat).predictions
+    )
 
 
 def test_semantic_syntactic_split_and_sections(planted):
@@ -374,7 +391,8 @@ def test_google_set_counts_equal_gensim(tmp_path):
     restrict = 450  # leaves a few hundred answerable questions, the rest out of vocabulary
     result = analogy_accuracy(vectors, words, sections, restrict_vocab=restrict)
     score, gensim_sections = _keyed_vectors(words, vectors).evaluate_word_analogies(
-        gensim_utils.datapath("questions-words.txt"), restrict_vocab=restrict)
+        gensim_utils.datapath("questions-words.txt"), restrict_vocab=restrict
+    )
     total = gensim_sections[-1]
     assert result.n_answered == len(total["correct"]) + len(total["incorrect"]) > 100
     assert result.n_answered + result.n_oov == 19544

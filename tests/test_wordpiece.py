@@ -28,8 +28,9 @@ from transformer_book.tokenizers.wordpiece import (
 # A small generated corpus: words built from a few syllables, so that there are frequent
 # pairs to merge, many ties among them, and rare combinations left in pieces.
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "so", "pe"]
-WORDS = ["".join(p) for p in itertools.product(SYLLABLES, repeat=2)] + \
-        ["".join(p) for p in itertools.product(SYLLABLES[:4], repeat=3)]
+WORDS = ["".join(p) for p in itertools.product(SYLLABLES, repeat=2)] + [
+    "".join(p) for p in itertools.product(SYLLABLES[:4], repeat=3)
+]
 SENTENCES = [" ".join(WORDS[(7 * i + 3 * k) % len(WORDS)] for k in range(3 + i % 5)) + "." for i in range(400)]
 VOCAB_SIZE = 80
 
@@ -122,11 +123,14 @@ def test_training_is_deterministic_across_runs_and_thread_counts(tokenizer):
     # Hugging Face's own WordPieceTrainer gives a different vocabulary on almost every run here
     assert WordPieceTokenizer.train(SENTENCES, vocab_size=VOCAB_SIZE).to_str() == tokenizer.to_str()
     assert WordPieceTokenizer.train(reversed(SENTENCES), vocab_size=VOCAB_SIZE).vocab() == tokenizer.vocab()
-    code = ("import sys, json; from transformer_book.tokenizers.wordpiece import WordPieceTokenizer; "
-            "sys.stdout.write(json.dumps(WordPieceTokenizer.train(json.load(sys.stdin), vocab_size=80).vocab()))")
+    code = (
+        "import sys, json; from transformer_book.tokenizers.wordpiece import WordPieceTokenizer; "
+        "sys.stdout.write(json.dumps(WordPieceTokenizer.train(json.load(sys.stdin), vocab_size=80).vocab()))"
+    )
     env = dict(os.environ, RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")  # another process, one thread
-    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(SENTENCES), env=env, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(SENTENCES), env=env, capture_output=True, text=True, check=True
+    )
     assert json.loads(out.stdout) == tokenizer.vocab()
 
 
@@ -150,8 +154,12 @@ def test_text_is_lower_cased_and_accents_stripped(tokenizer):
 
 
 def test_round_trip_on_lower_case_text():
-    sentences = ["i do not know, it is fine.", "where is the red house?", "the cat sat on the mat!",
-                 "odysseus went home, and the house was quiet."] * 5
+    sentences = [
+        "i do not know, it is fine.",
+        "where is the red house?",
+        "the cat sat on the mat!",
+        "odysseus went home, and the house was quiet.",
+    ] * 5
     tok = WordPieceTokenizer.train(sentences, vocab_size=120)
     for sentence in set(sentences):
         ids = tok.encode(sentence)

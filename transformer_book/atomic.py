@@ -32,7 +32,9 @@ def default_mode() -> int:
 
 
 @contextmanager
-def atomic_writer(path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: int | None = None) -> Iterator[IO[bytes]]:
+def atomic_writer(
+    path: str | os.PathLike[str], *, suffix: str = ".tmp", mode: int | None = None
+) -> Iterator[IO[bytes]]:
     """Open a temporary binary file beside ``path``; on leaving the block without an exception,
     flush it to disk, give it ``mode`` (:func:`default_mode` when None) and rename it onto
     ``path``. On an exception the temporary file is removed and ``path`` is left as it was.
@@ -82,8 +84,9 @@ def read_back_text(path: str | os.PathLike[str], parse: Callable[[str], Any], *,
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(f"{where}: {path} is not UTF-8 text (byte {err.start} of it): a damaged file, "
-                         f"or not one this package wrote") from None
+        raise ValueError(
+            f"{where}: {path} is not UTF-8 text (byte {err.start} of it): a damaged file, or not one this package wrote"
+        ) from None
     try:
         return parse(text)
     except ValueError as err:

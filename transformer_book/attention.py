@@ -24,8 +24,17 @@ from torch import nn
 
 from transformer_book import checks
 
-__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "init_projections", "KVCache",
-           "ATTENTION_KERNELS", "prefer_attention_kernel", "device_kernels", "heads_removed"]
+__all__ = [
+    "softmax",
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "init_projections",
+    "KVCache",
+    "ATTENTION_KERNELS",
+    "prefer_attention_kernel",
+    "device_kernels",
+    "heads_removed",
+]
 
 
 def softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -133,8 +142,7 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
             raise ValueError(f"attention: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() < 2:
             raise ValueError(
-                f"attention: {name} must have at least 2 dimensions (..., length, features), "
-                f"got shape {tuple(t.shape)}"
+                f"attention: {name} must have at least 2 dimensions (..., length, features), got shape {tuple(t.shape)}"
             )
         if not t.dtype.is_floating_point:
             raise ValueError(f"attention: {name} must be floating point, got dtype {t.dtype}")
@@ -145,13 +153,9 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
     if len({t.device for t in tensors}) > 1:
         raise ValueError("attention: query, key and value must be on one device")
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"attention: query and key must have the same feature size d_k, got {shapes}"
-        )
+        raise ValueError(f"attention: query and key must have the same feature size d_k, got {shapes}")
     if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"attention: key and value must have the same length m, got {shapes}"
-        )
+        raise ValueError(f"attention: key and value must have the same length m, got {shapes}")
     if key.shape[-2] == 0:
         raise ValueError(f"attention: no keys (m = 0): every query needs at least one key to attend to, got {shapes}")
     try:
@@ -202,7 +206,9 @@ def _check_heads(where: str, d_model: int, n_heads: int, dropout: float) -> None
     checks.probability(where, "dropout", dropout)
 
 
-def _check_mask_and_bias(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, bias: torch.Tensor | None) -> None:
+def _check_mask_and_bias(
+    q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, bias: torch.Tensor | None
+) -> None:
     """A mask and a bias (each optional) that fit the scores of ``q`` ``(..., n, d_k)`` against ``k`` ``(..., m, d_k)``."""
     scores_shape = q.shape[:-1] + (k.shape[-2],)
     if mask is not None:
@@ -373,13 +379,25 @@ class MultiHeadAttention(nn.Module):
         linears = (self.w_q, self.w_k, self.w_v)
         weight = torch.cat([linear.weight for linear in linears])
         biases = [linear.bias for linear in linears]
-        bias = None if all(b is None for b in biases) else torch.cat(
-            [b if b is not None else linear.weight.new_zeros(self.d_model) for b, linear in zip(biases, linears)])
+        bias = (
+            None
+            if all(b is None for b in biases)
+            else torch.cat(
+                [b if b is not None else linear.weight.new_zeros(self.d_model) for b, linear in zip(biases, linears)]
+            )
+        )
         return F.linear(x, weight, bias)
 
     @staticmethod
-    def _fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                         bias: torch.Tensor | None, p: float, causal: bool = False) -> torch.Tensor:
+    def _fused_attention(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        p: float,
+        causal: bool = False,
+    ) -> torch.Tensor:
         """``F.scaled_dot_product_attention`` in the book's conventions.
 
         Fully masked rows are computed unmasked, then zeroed, so that no kernel ever sees a
@@ -459,18 +477,24 @@ def _check_continues(cache: KVCache, k: torch.Tensor, v: torch.Tensor) -> None:
             what = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"KVCache.update: {name} must be a (B, h, n, d_k) tensor, got {what}")
     if k.shape[:3] != v.shape[:3] or k.dtype != v.dtype or k.device != v.device:
-        raise ValueError(f"KVCache.update: k {tuple(k.shape)} {k.dtype} and v {tuple(v.shape)} {v.dtype} must agree on "
-                         f"(B, h, n), dtype and device")
+        raise ValueError(
+            f"KVCache.update: k {tuple(k.shape)} {k.dtype} and v {tuple(v.shape)} {v.dtype} must agree on "
+            f"(B, h, n), dtype and device"
+        )
     if cache.k is None or cache.static:
         return
     for name, new, old in (("k", k, cache.k), ("v", v, cache.v)):
         if new.shape[:2] != old.shape[:2] or new.shape[3] != old.shape[3]:
-            raise ValueError(f"KVCache.update: new {name} of shape {tuple(new.shape)} does not continue the cached "
-                             f"{tuple(old.shape)}: batch, heads and head size must agree (a cache of another layer "
-                             f"or model?)")
+            raise ValueError(
+                f"KVCache.update: new {name} of shape {tuple(new.shape)} does not continue the cached "
+                f"{tuple(old.shape)}: batch, heads and head size must agree (a cache of another layer "
+                f"or model?)"
+            )
         if new.dtype != old.dtype or new.device != old.device:
-            raise ValueError(f"KVCache.update: new {name} is {new.dtype} on {new.device}, the cached ones "
-                             f"{old.dtype} on {old.device}; keep one cache per model and precision")
+            raise ValueError(
+                f"KVCache.update: new {name} is {new.dtype} on {new.device}, the cached ones "
+                f"{old.dtype} on {old.device}; keep one cache per model and precision"
+            )
 
 
 @dataclass
@@ -538,8 +562,12 @@ def prefer_attention_kernel(name: str | None, *, only: bool = False) -> Iterator
     checks.choice("prefer_attention_kernel", "name", name, ATTENTION_KERNELS)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    backends = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
     order = [backends[name]] + ([] if only else [backend for key, backend in backends.items() if key != name])
     with sdpa_kernel(order, set_priority=True):
         yield
@@ -592,7 +620,7 @@ def heads_removed(attention: MultiHeadAttention, heads: Iterator[int] | list[int
     try:
         with torch.no_grad():
             for h in heads:
-                weight[:, h * d_k:(h + 1) * d_k] = 0.0
+                weight[:, h * d_k : (h + 1) * d_k] = 0.0
         yield
     finally:
         with torch.no_grad():

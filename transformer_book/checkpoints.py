@@ -112,7 +112,7 @@ def write_checkpoint(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     payload = buffer.getvalue()
-    outer = io.BytesIO()       # in memory first: a full disk then fails in a plain write, naming the file
+    outer = io.BytesIO()  # in memory first: a full disk then fails in a plain write, naming the file
     torch.save({_CHECKSUM: hashlib.sha256(payload).hexdigest(), _PAYLOAD: payload}, outer)
     remove_stale(path, older_than=_STALE_AFTER_S)
     write_atomically(path, outer.getvalue())
@@ -133,8 +133,10 @@ def read_checkpoint(path: str | os.PathLike[str], *, where: str = "read_checkpoi
     except FileNotFoundError:
         raise
     except Exception as err:  # truncated, not a torch file, or unpickling refused
-        raise ValueError(f"{where}: {path} is not a readable checkpoint, truncated or corrupt "
-                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+        raise ValueError(
+            f"{where}: {path} is not a readable checkpoint, truncated or corrupt "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from None
     if isinstance(outer, dict) and _PAYLOAD in outer:
         payload = outer[_PAYLOAD]
         if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != outer.get(_CHECKSUM):
@@ -152,7 +154,9 @@ def require_keys(state: dict[str, Any], types: dict[str, type | tuple[type, ...]
     """Every key of ``types`` present in ``state`` with a value of that type, before anything is
     loaded; else a ValueError naming ``path`` and what is missing or wrong."""
     missing = sorted(k for k in types if k not in state)
-    wrong = [f"{k} is a {type(state[k]).__name__}" for k, t in types.items() if k in state and not isinstance(state[k], t)]
+    wrong = [
+        f"{k} is a {type(state[k]).__name__}" for k, t in types.items() if k in state and not isinstance(state[k], t)
+    ]
     if missing or wrong:
         problems = ([f"missing {missing}"] if missing else []) + wrong
         raise ValueError(f"{where}: {path} is not a complete checkpoint: {'; '.join(problems)}")
@@ -167,11 +171,17 @@ def check_model_matches(model: nn.Module, saved: dict[str, torch.Tensor], path: 
     saved = {renamed.get(k, k): v for k, v in saved.items()}
     missing = sorted(set(current) - set(saved))
     unexpected = sorted(set(saved) - set(current))
-    shapes = [f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(current[k].shape)}"
-              for k in current if k in saved and saved[k].shape != current[k].shape]
+    shapes = [
+        f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(current[k].shape)}"
+        for k in current
+        if k in saved and saved[k].shape != current[k].shape
+    ]
     if missing or unexpected or shapes:
-        parts = [f"missing keys {missing}" if missing else "", f"unexpected keys {unexpected}" if unexpected else "",
-                 f"shape mismatches [{'; '.join(shapes)}]" if shapes else ""]
+        parts = [
+            f"missing keys {missing}" if missing else "",
+            f"unexpected keys {unexpected}" if unexpected else "",
+            f"shape mismatches [{'; '.join(shapes)}]" if shapes else "",
+        ]
         raise ValueError(f"{where}: checkpoint {path} does not match the model: " + ", ".join(p for p in parts if p))
 
 
@@ -196,8 +206,9 @@ def _stored_tokenizer(tokenizer: Any) -> tuple[bytes | str | None, str | None]:
     for kind, (module, name, dump, _) in TOKENIZER_KINDS.items():
         if type(tokenizer).__module__ == module and type(tokenizer).__name__ == name:
             return getattr(tokenizer, dump)(), kind
-    raise ValueError(f"save_model: tokenizer must be a SubwordTokenizer or a WordPieceTokenizer, "
-                     f"not {type(tokenizer).__qualname__}")
+    raise ValueError(
+        f"save_model: tokenizer must be a SubwordTokenizer or a WordPieceTokenizer, not {type(tokenizer).__qualname__}"
+    )
 
 
 def _rebuilt_tokenizer(stored: bytes | str | None, kind: str | None) -> Any:
@@ -240,12 +251,23 @@ def save_model(
     stored, kind = _stored_tokenizer(tokenizer)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     _check_rebuildable(model, state, path)
-    with writer_lock(path, busy=f"save_model: {path} is being written by another writer (a run of fit with it as "
-                                f"checkpoint_path, or another save); wait for it, or save elsewhere"):
-        write_checkpoint({
-            "format_version": MODEL_FORMAT_VERSION, "class": name, "config": asdict(model.config), "model": state,
-            "tokenizer": stored, "tokenizer_kind": kind, "metadata": dict(metadata or {}),
-        }, path)
+    with writer_lock(
+        path,
+        busy=f"save_model: {path} is being written by another writer (a run of fit with it as "
+        f"checkpoint_path, or another save); wait for it, or save elsewhere",
+    ):
+        write_checkpoint(
+            {
+                "format_version": MODEL_FORMAT_VERSION,
+                "class": name,
+                "config": asdict(model.config),
+                "model": state,
+                "tokenizer": stored,
+                "tokenizer_kind": kind,
+                "metadata": dict(metadata or {}),
+            },
+            path,
+        )
     return Path(path)
 
 
@@ -265,11 +287,18 @@ def _check_rebuildable(model: nn.Module, state: dict[str, torch.Tensor], path: s
             f"save_model: {type(model).__name__}'s weights do not match a fresh model of its config, so "
             f"{path} could not be loaded again (extra {extra[:4]}{'...' if len(extra) > 4 else ''}, "
             f"missing {missing[:4]}{'...' if len(missing) > 4 else ''}, other shapes {shapes[:4]})"
-            + ("; the model has LoRA layers: save merge_lora(model) for the adapted model as a whole, or "
-               "lora_state_dict(model) for the adapters alone" if lora else ""))
+            + (
+                "; the model has LoRA layers: save merge_lora(model) for the adapted model as a whole, or "
+                "lora_state_dict(model) for the adapters alone"
+                if lora
+                else ""
+            )
+        )
 
 
-def load_model(path: str | os.PathLike[str], *, device: torch.device | str = "cpu") -> tuple[nn.Module, Any, dict[str, Any]]:
+def load_model(
+    path: str | os.PathLike[str], *, device: torch.device | str = "cpu"
+) -> tuple[nn.Module, Any, dict[str, Any]]:
     """Rebuild a model written by :func:`save_model`: ``(model in eval mode, tokenizer or None, metadata)``.
 
     Raises:
@@ -280,19 +309,26 @@ def load_model(path: str | os.PathLike[str], *, device: torch.device | str = "cp
     """
     saved = read_checkpoint(path, where="load_model")
     if saved.get("format_version") != MODEL_FORMAT_VERSION:
-        raise ValueError(f"load_model: {path} has format version {saved.get('format_version')!r}, "
-                         f"expected {MODEL_FORMAT_VERSION}")
+        raise ValueError(
+            f"load_model: {path} has format version {saved.get('format_version')!r}, expected {MODEL_FORMAT_VERSION}"
+        )
     if saved.get("class") not in SAVABLE_MODELS:
         raise ValueError(f"load_model: {path} holds a {saved.get('class')!r}; known classes: {sorted(SAVABLE_MODELS)}")
-    require_keys(saved, {"config": dict, "model": dict, "tokenizer": (bytes, str, type(None)),
-                         "metadata": (dict, type(None))}, str(path), "load_model")
+    require_keys(
+        saved,
+        {"config": dict, "model": dict, "tokenizer": (bytes, str, type(None)), "metadata": (dict, type(None))},
+        str(path),
+        "load_model",
+    )
     model_class, config_class = _model_classes(saved["class"])
     try:
         renamed = RENAMED_CONFIG_FIELDS.get(saved["class"], {})
         model = model_class(config_class(**{renamed.get(k, k): v for k, v in saved["config"].items()}))
         tokenizer = _rebuilt_tokenizer(saved["tokenizer"], saved.get("tokenizer_kind", "sentencepiece"))
     except (TypeError, ValueError, RuntimeError, KeyError) as err:
-        raise ValueError(f"load_model: {path} holds a damaged config or tokenizer ({type(err).__name__}: {err})") from None
+        raise ValueError(
+            f"load_model: {path} holds a damaged config or tokenizer ({type(err).__name__}: {err})"
+        ) from None
     check_model_matches(model, saved["model"], str(path), "load_model")
     model.load_state_dict(saved["model"])
     return model.to(device).eval(), tokenizer, dict(saved.get("metadata") or {})

@@ -17,18 +17,39 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported where needed: text and metrics use these checks without PyTorch
     import torch
 
-__all__ = ["integer", "positive_int", "non_negative_int", "probability", "finite_real", "boolean", "choice",
-           "token_ids", "text", "id_tensor"]
+__all__ = [
+    "integer",
+    "positive_int",
+    "non_negative_int",
+    "probability",
+    "finite_real",
+    "boolean",
+    "choice",
+    "token_ids",
+    "text",
+    "id_tensor",
+]
 
 
-def integer(where: str, name: str, value: object, *, minimum: int, below: int | None = None,
-            kinds: type | tuple[type, ...] = int) -> int:
+def integer(
+    where: str,
+    name: str,
+    value: object,
+    *,
+    minimum: int,
+    below: int | None = None,
+    kinds: type | tuple[type, ...] = int,
+) -> int:
     """``value`` if it is an int (not a bool) of at least ``minimum`` (and less than ``below``,
     when given); else a ValueError ("must be a positive int" for ``minimum = 1``, "a non-negative
     int" for 0, "an int in [minimum, below)" with ``below``). ``kinds``: the accepted integer
     types, say ``(int, np.integer)`` where NumPy's ints are welcome."""
-    if (isinstance(value, bool) or not isinstance(value, kinds) or value < minimum
-            or (below is not None and value >= below)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or value < minimum
+        or (below is not None and value >= below)
+    ):
         if below is not None:
             kind = f"an int in [{minimum}, {below})"
         else:
@@ -63,13 +84,18 @@ def probability(where: str, name: str, value: object, *, zero: bool = True, one:
     return float(value)
 
 
-def finite_real(where: str, name: str, value: object, *, above: float | None = None,
-                at_least: float | None = None) -> float:
+def finite_real(
+    where: str, name: str, value: object, *, above: float | None = None, at_least: float | None = None
+) -> float:
     """``value`` as a float if it is a finite real (and greater than ``above``, or at least
     ``at_least``, when given)."""
-    if (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(float(value))
-            or (above is not None and not float(value) > above)
-            or (at_least is not None and not float(value) >= at_least)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not math.isfinite(float(value))
+        or (above is not None and not float(value) > above)
+        or (at_least is not None and not float(value) >= at_least)
+    ):
         bound = "" if above is None else f" > {above:g}"
         bound += "" if at_least is None else f" >= {at_least:g}"
         raise ValueError(f"{where}: {name} must be a finite real{bound}, got {value!r}")
@@ -87,7 +113,9 @@ def choice(where: str, name: str, value: object, options: Iterable[object]) -> o
     """``value`` if it is one of ``options`` (names, or ``None``); else a ValueError that lists them."""
     options = tuple(options)
     if not any(value is option or (isinstance(value, type(option)) and value == option) for option in options):
-        known = f"one of {', '.join(map(repr, options[:-1]))} or {options[-1]!r}" if len(options) > 1 else repr(*options)
+        known = (
+            f"one of {', '.join(map(repr, options[:-1]))} or {options[-1]!r}" if len(options) > 1 else repr(*options)
+        )
         raise ValueError(f"{where}: {name} must be {known}, got {value!r}")
     return value
 
@@ -111,8 +139,10 @@ def text(where: str, value: object) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:  # a lone surrogate, say from a badly decoded file
-        raise ValueError(f"{where}: the text is not valid Unicode ({err.reason} at position {err.start}: "
-                         f"{value[err.start:err.end]!r})") from None
+        raise ValueError(
+            f"{where}: the text is not valid Unicode ({err.reason} at position {err.start}: "
+            f"{value[err.start : err.end]!r})"
+        ) from None
     return value
 
 

@@ -22,8 +22,21 @@ import torch
 from transformer_book.tokenizers.subword import PAD_ID
 from transformer_book.tokenizers.wordpiece import PAD_ID as WORDPIECE_PAD_ID
 
-__all__ = ["IGNORE_INDEX", "FINETUNING_KINDS", "pad_sequences", "Seq2SeqBatch", "PretrainingBatch", "FineTuningBatch", "InContextBatch",
-           "Tokenizer", "BatchTokenizer", "EncoderDecoder", "LanguageModel", "CachedLanguageModel", "conforms"]
+__all__ = [
+    "IGNORE_INDEX",
+    "FINETUNING_KINDS",
+    "pad_sequences",
+    "Seq2SeqBatch",
+    "PretrainingBatch",
+    "FineTuningBatch",
+    "InContextBatch",
+    "Tokenizer",
+    "BatchTokenizer",
+    "EncoderDecoder",
+    "LanguageModel",
+    "CachedLanguageModel",
+    "conforms",
+]
 
 IGNORE_INDEX = -100
 """The target id that every loss of the package skips (PyTorch's ``cross_entropy`` default):
@@ -65,7 +78,7 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> t
         values = torch.as_tensor(sequence)
         if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
             raise ValueError(f"pad_sequences: sequence {row} must hold integer ids, got {values.dtype}")
-        out[row, :len(sequence)] = values
+        out[row, : len(sequence)] = values
     return out
 
 

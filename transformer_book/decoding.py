@@ -35,8 +35,16 @@ from transformer_book import checks
 from transformer_book.contracts import CachedLanguageModel, EncoderDecoder, LanguageModel, conforms, pad_sequences
 from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID
 
-__all__ = ["greedy_decode", "translate", "filter_top_k", "filter_top_p", "next_token_distribution", "generate",
-           "length_penalty", "beam_search"]
+__all__ = [
+    "greedy_decode",
+    "translate",
+    "filter_top_k",
+    "filter_top_p",
+    "next_token_distribution",
+    "generate",
+    "length_penalty",
+    "beam_search",
+]
 
 
 def _check_src(src: torch.Tensor, where: str, name: str = "src") -> None:
@@ -59,8 +67,10 @@ def _check_greedy(where: str, model: nn.Module, src: torch.Tensor, max_new_token
     """An encoder-decoder, a ``(B, m)`` integer ``src`` and a positive ``max_new_tokens`` within
     the model's ``max_len``."""
     if not conforms(model, EncoderDecoder):
-        raise TypeError(f"{where}: {type(model).__name__} is not an encoder-decoder (encode, decode, decode_step, "
-                        "output; transformer_book.contracts.EncoderDecoder)")
+        raise TypeError(
+            f"{where}: {type(model).__name__} is not an encoder-decoder (encode, decode, decode_step, "
+            "output; transformer_book.contracts.EncoderDecoder)"
+        )
     _check_src(src, where)
     checks.positive_int(where, max_new_tokens=max_new_tokens)
     limit = _max_len(model)
@@ -105,11 +115,11 @@ def greedy_decode(
         generated = torch.full((src.shape[0], 1), sos_id, dtype=torch.long, device=src.device)
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         for _ in range(max_new_tokens):
-            states = model.decode(generated, memory, src_mask)         # (B, t, d)
-            next_token = model.output(states[:, -1]).argmax(dim=-1)    # (B,): the last position only
-            next_token = next_token.masked_fill(finished, pad_id)      # stopped sentences get PAD
+            states = model.decode(generated, memory, src_mask)  # (B, t, d)
+            next_token = model.output(states[:, -1]).argmax(dim=-1)  # (B,): the last position only
+            next_token = next_token.masked_fill(finished, pad_id)  # stopped sentences get PAD
             generated = torch.cat([generated, next_token[:, None]], dim=1)
-            finished |= next_token == eos_id                           # each sentence its own EOS
+            finished |= next_token == eos_id  # each sentence its own EOS
             if bool(finished.all()):
                 break
     finally:
@@ -148,25 +158,29 @@ def translate(
     if isinstance(sentences, str):
         raise ValueError("translate: sentences must be a sequence of str, got one str")
     checks.positive_int("translate", batch_size=batch_size)
-    if max_new_tokens is not None:               # None means the default; 0 is not "the default"
+    if max_new_tokens is not None:  # None means the default; 0 is not "the default"
         checks.positive_int("translate", max_new_tokens=max_new_tokens)
     _check_beam(beam_size, normalize, False, where="translate")
     target_tokenizer = target_tokenizer or source_tokenizer
     for index, sentence in enumerate(sentences):
         if not isinstance(sentence, str) or not sentence.strip():
-            raise ValueError(f"translate: sentence {index} is {'empty' if isinstance(sentence, str) else type(sentence).__name__}")
+            raise ValueError(
+                f"translate: sentence {index} is {'empty' if isinstance(sentence, str) else type(sentence).__name__}"
+            )
     encoded = source_tokenizer.encode_batch(list(sentences), add_eos=True)
     limit = _max_len(model)
     if limit is not None:
         for index, ids in enumerate(encoded):
             if len(ids) > limit:
-                raise ValueError(f"translate: sentence {index} has {len(ids)} tokens with EOS, more than the "
-                                 f"model's max_len={limit}; split it into shorter sentences")
+                raise ValueError(
+                    f"translate: sentence {index} has {len(ids)} tokens with EOS, more than the "
+                    f"model's max_len={limit}; split it into shorter sentences"
+                )
     device = torch.device(device) if device is not None else next(model.parameters()).device
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     out: list[str] = [""] * len(encoded)
     for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+        chunk = order[start : start + batch_size]
         src = pad_sequences([encoded[i] for i in chunk], PAD_ID).to(device)
         budget = 2 * src.shape[1] + 10 if max_new_tokens is None else max_new_tokens
         if limit is not None:
@@ -202,7 +216,7 @@ def filter_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
 def _top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     """:func:`filter_top_k` with a ``k`` the caller has checked."""
     k = min(k, logits.shape[-1])
-    kth = torch.topk(logits, k, dim=-1).values[..., -1:]            # (..., 1): the k-th highest
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]  # (..., 1): the k-th highest
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
@@ -231,7 +245,7 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     probs = torch.softmax(logits.float(), dim=-1)
     # mass strictly above each token: sum over u of P(u) [P(u) > P(v)], via the sorted cumulative sum
     sorted_probs, order = probs.sort(dim=-1, descending=True)
-    cumulative = sorted_probs.cumsum(dim=-1) - sorted_probs                    # mass before, in sorted order
+    cumulative = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass before, in sorted order
     # equal probabilities must see the same "mass above": take the smallest over each tie group
     first_of_tie = torch.searchsorted(-sorted_probs.contiguous(), -sorted_probs.contiguous(), side="left")
     above_sorted = cumulative.gather(-1, first_of_tie)
@@ -257,8 +271,10 @@ def _check_logits(where: str, logits: torch.Tensor, temperature: float, top_p: f
     if torch.isposinf(logits).any():
         raise ValueError(f"{where}: logits hold +inf (a diverged model, or a bad input)")
     if logits.numel() and torch.isneginf(logits).all(dim=-1).any():
-        raise ValueError(f"{where}: a row of logits is -inf everywhere: every token is excluded, "
-                         "and there is no distribution to draw from")
+        raise ValueError(
+            f"{where}: a row of logits is -inf everywhere: every token is excluded, "
+            "and there is no distribution to draw from"
+        )
 
 
 def next_token_distribution(
@@ -279,8 +295,9 @@ def next_token_distribution(
     return _distribution("next_token_distribution", logits, temperature, top_k, top_p)
 
 
-def _distribution(where: str, logits: torch.Tensor, temperature: float, top_k: int | None,
-                  top_p: float | None) -> torch.Tensor:
+def _distribution(
+    where: str, logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
+) -> torch.Tensor:
     """:func:`next_token_distribution` with settings the caller has checked (:func:`generate`
     checks them once, not at every step); the logits, new at every step, are checked here."""
     _check_logits(where, logits, temperature, top_p)
@@ -316,15 +333,26 @@ class _Session:
     :meth:`select` keeps some rows (beam search).
     """
 
-    def __init__(self, model: nn.Module, *, src: torch.Tensor | None, prompt: torch.Tensor | None,
-                 sos_id: int, use_cache: bool, max_new_tokens: int, where: str) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        src: torch.Tensor | None,
+        prompt: torch.Tensor | None,
+        sos_id: int,
+        use_cache: bool,
+        max_new_tokens: int,
+        where: str,
+    ) -> None:
         self.model, self.use_cache = model, use_cache
         self.seq2seq = conforms(model, EncoderDecoder)
         if not self.seq2seq and not conforms(model, CachedLanguageModel if use_cache else LanguageModel):
-            raise TypeError(f"{where}: {type(model).__name__} is neither an encoder-decoder (encode, decode, "
-                            "decode_step, output) nor a language model (callable on ids"
-                            f"{', with decode_step for use_cache=True' if use_cache else ''}); see "
-                            "transformer_book.contracts")
+            raise TypeError(
+                f"{where}: {type(model).__name__} is neither an encoder-decoder (encode, decode, "
+                "decode_step, output) nor a language model (callable on ids"
+                f"{', with decode_step for use_cache=True' if use_cache else ''}); see "
+                "transformer_book.contracts"
+            )
         if self.seq2seq:
             if src is None or prompt is not None:
                 raise ValueError(f"{where}: an encoder-decoder model needs src (and no prompt)")
@@ -372,8 +400,10 @@ def _check_max_new_tokens(model: nn.Module, max_new_tokens: int, start: int, whe
     checks.positive_int(where, max_new_tokens=max_new_tokens)
     limit = _max_len(model)
     if limit is not None and start + max_new_tokens - 1 > limit:
-        raise ValueError(f"{where}: {start} prefix tokens + {max_new_tokens} new ones need "
-                         f"{start + max_new_tokens - 1} positions, more than the model's {limit}")
+        raise ValueError(
+            f"{where}: {start} prefix tokens + {max_new_tokens} new ones need "
+            f"{start + max_new_tokens - 1} positions, more than the model's {limit}"
+        )
 
 
 @torch.inference_mode()
@@ -412,15 +442,22 @@ def generate(
             would refuse (checked once, whatever the temperature).
     """
     _check_sampling("generate", temperature, top_k, top_p)
-    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
-                       max_new_tokens=max_new_tokens, where="generate")
+    session = _Session(
+        model,
+        src=src,
+        prompt=prompt,
+        sos_id=sos_id,
+        use_cache=use_cache,
+        max_new_tokens=max_new_tokens,
+        where="generate",
+    )
     was_training = model.training
     model.eval()
     try:
         finished = torch.zeros(session.prefix.shape[0], dtype=torch.bool, device=session.prefix.device)
         new = []
         for _ in range(max_new_tokens):
-            logits = session.logits()                                       # (B, V)
+            logits = session.logits()  # (B, V)
             if temperature == 0:
                 token = logits.argmax(dim=-1)
             else:
@@ -508,8 +545,15 @@ def beam_search(
             bool, or a bad input.
     """
     _check_beam(beam_size, normalize, shrink)
-    session = _Session(model, src=src, prompt=prompt, sos_id=sos_id, use_cache=use_cache,
-                       max_new_tokens=max_new_tokens, where="beam_search")  # checks the prefix and the length
+    session = _Session(
+        model,
+        src=src,
+        prompt=prompt,
+        sos_id=sos_id,
+        use_cache=use_cache,
+        max_new_tokens=max_new_tokens,
+        where="beam_search",
+    )  # checks the prefix and the length
     start = session.prefix.shape[1]
 
     def final_score(total: float, length: int) -> float:
@@ -522,38 +566,38 @@ def beam_search(
     batch = session.prefix.shape[0]
     device = session.prefix.device
     finished: list[list[tuple[list[int], float]]] = [[] for _ in range(batch)]
-    owner = torch.arange(batch, device=device)            # the batch element of every live row
-    scores = torch.zeros(batch, device=device)            # summed log-probabilities of the live rows
+    owner = torch.arange(batch, device=device)  # the batch element of every live row
+    scores = torch.zeros(batch, device=device)  # summed log-probabilities of the live rows
     was_training = model.training
     model.eval()
     try:
         for step in range(max_new_tokens):
-            log_probs = torch.log_softmax(session.logits().float(), dim=-1)   # (R, V)
+            log_probs = torch.log_softmax(session.logits().float(), dim=-1)  # (R, V)
             vocab = log_probs.shape[-1]
-            candidates = scores[:, None] + log_probs                            # (R, V)
+            candidates = scores[:, None] + log_probs  # (R, V)
             keep_rows, keep_tokens, keep_scores = [], [], []
             for b in owner.unique(sorted=True).tolist():
                 rows = torch.nonzero(owner == b).flatten()
-                flat = candidates[rows].flatten()                               # (r * V,)
+                flat = candidates[rows].flatten()  # (r * V,)
                 slots = beam_size - len(finished[b]) if shrink else beam_size
-                order = torch.argsort(flat, descending=True, stable=True)[:2 * slots]
+                order = torch.argsort(flat, descending=True, stable=True)[: 2 * slots]
                 used = 0
                 for position in order.tolist():
                     row, token = rows[position // vocab].item(), position % vocab
                     total = flat[position].item()
                     if total == float("-inf"):
                         break
-                    if token == eos_id or step + 1 == max_new_tokens:   # finished (at the limit: still live)
+                    if token == eos_id or step + 1 == max_new_tokens:  # finished (at the limit: still live)
                         tokens = session.prefix[row, start:].tolist() + [token]
                         finished[b].append((tokens, final_score(total, len(tokens))))
                     else:
                         keep_rows.append(row)
                         keep_tokens.append(token)
                         keep_scores.append(total)
-                    used += 1 if shrink or token != eos_id else 0      # fixed k: a finished one takes no slot
+                    used += 1 if shrink or token != eos_id else 0  # fixed k: a finished one takes no slot
                     if used == slots:
                         break
-                if len(finished[b]) >= beam_size:                               # this element is done
+                if len(finished[b]) >= beam_size:  # this element is done
                     drop = [i for i, r in enumerate(keep_rows) if owner[r].item() == b]
                     for i in reversed(drop):
                         del keep_rows[i], keep_tokens[i], keep_scores[i]

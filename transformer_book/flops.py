@@ -41,14 +41,21 @@ import torch
 from transformer_book import checks
 from transformer_book.models import GPTConfig
 
-__all__ = ["PEAK_BF16_FLOPS", "gpt_flops_per_token", "peak_flops", "mfu",
-           "Cost", "transformer_encoder_cost", "gru_encoder_cost"]
+__all__ = [
+    "PEAK_BF16_FLOPS",
+    "gpt_flops_per_token",
+    "peak_flops",
+    "mfu",
+    "Cost",
+    "transformer_encoder_cost",
+    "gru_encoder_cost",
+]
 
 PEAK_BF16_FLOPS: dict[str, float] = {
     "H200": 989.4e12,
     "H100 PCIe": 756.0e12,
     "H100 NVL": 835.0e12,
-    "H100": 989.4e12,   # SXM (its name reads "NVIDIA H100 80GB HBM3")
+    "H100": 989.4e12,  # SXM (its name reads "NVIDIA H100 80GB HBM3")
     "GH200": 989.4e12,
     "A100": 312.0e12,
     "L40S": 362.1e12,
@@ -79,7 +86,9 @@ def gpt_flops_per_token(config: GPTConfig, context: int | None = None) -> float:
 def peak_flops(device: torch.device | str | None = None) -> float | None:
     """The datasheet's dense bfloat16 peak of a CUDA device (FLOP/s), or ``None`` for the CPU and
     for GPUs not in :data:`PEAK_BF16_FLOPS` (MFU is then not reported)."""
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = (
+        torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
     name = torch.cuda.get_device_name(device)

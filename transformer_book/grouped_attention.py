@@ -152,8 +152,10 @@ class GroupedQueryAttention(nn.Module):
         init_projections(self.w_q, self.w_k, self.w_v, self.w_o)
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, d_k={self.d_k}, "
-                f"dropout={self.dropout}")
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, d_k={self.d_k}, "
+            f"dropout={self.dropout}"
+        )
 
     def forward(
         self,
@@ -165,16 +167,16 @@ class GroupedQueryAttention(nn.Module):
         need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         batch, n, offset = self._check_inputs(x, mask, cache)  # offset: the positions already cached
-        q = self._split(self.w_q(x), self.n_heads)       # (B, h, n, d_k)
-        k = self._split(self.w_k(x), self.n_kv_heads)    # (B, g, n, d_k)
-        v = self._split(self.w_v(x), self.n_kv_heads)    # (B, g, n, d_k)
-        if self.rotary is not None:                      # absolute positions offset .. offset + n - 1
+        q = self._split(self.w_q(x), self.n_heads)  # (B, h, n, d_k)
+        k = self._split(self.w_k(x), self.n_kv_heads)  # (B, g, n, d_k)
+        v = self._split(self.w_v(x), self.n_kv_heads)  # (B, g, n, d_k)
+        if self.rotary is not None:  # absolute positions offset .. offset + n - 1
             positions = torch.arange(offset, offset + n, device=x.device)
             q, k = self.rotary(q, positions), self.rotary(k, positions)
-        if cache is not None:                            # the cache keeps the g heads, not h
-            k, v = cache.update(k, v)                    # (B, g, m, d_k)
+        if cache is not None:  # the cache keeps the g heads, not h
+            k, v = cache.update(k, v)  # (B, g, m, d_k)
         m = k.shape[2]
-        if mask is not None and mask.dim() == 3:         # (B, 1 or n, m): one mask for every head
+        if mask is not None and mask.dim() == 3:  # (B, 1 or n, m): one mask for every head
             mask = mask.unsqueeze(1)
         if causal and (need_weights or mask is not None or n != m):
             future = torch.ones(n, m, dtype=torch.bool, device=x.device).triu(m - n + 1)  # key j > t + i
@@ -182,7 +184,8 @@ class GroupedQueryAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = scaled_dot_product_attention(
-                q, repeat_kv_heads(k, self.group), repeat_kv_heads(v, self.group), mask)
+                q, repeat_kv_heads(k, self.group), repeat_kv_heads(v, self.group), mask
+            )
             if p > 0:  # dropout acts on the weights that multiply V; the clean ones are returned
                 heads = torch.matmul(F.dropout(weights, p, training=True), repeat_kv_heads(v, self.group))
         else:
@@ -194,8 +197,9 @@ class GroupedQueryAttention(nn.Module):
         """``(B, n, heads * d_k)`` -> ``(B, heads, n, d_k)``."""
         return x.view(x.shape[0], x.shape[1], heads, self.d_k).transpose(1, 2)
 
-    def _fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-               causal: bool, p: float) -> torch.Tensor:
+    def _fused(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool, p: float
+    ) -> torch.Tensor:
         """``F.scaled_dot_product_attention`` in the book's conventions: ``mask`` True = excluded
         (PyTorch's boolean mask means the opposite), a fully masked query row gives zeros (no
         kernel sees a row of -inf), and ``causal`` arrives only with no mask and ``n == m``."""
@@ -220,11 +224,15 @@ class GroupedQueryAttention(nn.Module):
             raise ValueError(f"{where}: x has shape {tuple(x.shape)}; at least one sequence and one position")
         dtype = self.w_q.weight.dtype
         if x.dtype != dtype and not (x.dtype.is_floating_point and torch.is_autocast_enabled(x.device.type)):
-            raise ValueError(f"{where}: x has dtype {x.dtype} but the weights are {dtype}; convert one of them "
-                             f"(e.g. module.to({x.dtype}))")
+            raise ValueError(
+                f"{where}: x has dtype {x.dtype} but the weights are {dtype}; convert one of them "
+                f"(e.g. module.to({x.dtype}))"
+            )
         if cache is not None and (not isinstance(cache, KVCache) or cache.static):
-            raise ValueError(f"{where}: cache must be a growing KVCache (self-attention), got "
-                             f"{'a static KVCache' if isinstance(cache, KVCache) else type(cache).__name__}")
+            raise ValueError(
+                f"{where}: cache must be a growing KVCache (self-attention), got "
+                f"{'a static KVCache' if isinstance(cache, KVCache) else type(cache).__name__}"
+            )
         batch, n = x.shape[:2]
         offset = 0 if cache is None else len(cache)
         if mask is not None:
@@ -232,22 +240,27 @@ class GroupedQueryAttention(nn.Module):
         return batch, n, offset
 
 
-def _check_heads(where: str, d_model: object, n_heads: object, n_kv_heads: object, dropout: object,
-                 rotary: object) -> None:
+def _check_heads(
+    where: str, d_model: object, n_heads: object, n_kv_heads: object, dropout: object, rotary: object
+) -> None:
     """Positive widths, ``n_heads`` dividing ``d_model`` and divided by ``n_kv_heads``, a dropout
     rate in [0, 1), and a rotary embedding (or None) for heads of ``d_k`` features."""
     checks.positive_int(where, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
     if d_model % n_heads:
         raise ValueError(f"{where}: d_model={d_model} is not divisible by n_heads={n_heads}")
     if n_heads % n_kv_heads:
-        raise ValueError(f"{where}: n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each key/value "
-                         "head serves a whole group of query heads)")
+        raise ValueError(
+            f"{where}: n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each key/value "
+            "head serves a whole group of query heads)"
+        )
     checks.probability(where, "dropout", dropout)
     d_k = d_model // n_heads
     if rotary is not None and (not isinstance(rotary, RotaryEmbedding) or rotary.d_head != d_k):
         what = f"d_head={rotary.d_head}" if isinstance(rotary, RotaryEmbedding) else type(rotary).__name__
-        raise ValueError(f"{where}: rotary must be a RotaryEmbedding with d_head = d_k = {d_k} "
-                         f"(an even d_k: rotations act on pairs of features), got {what}")
+        raise ValueError(
+            f"{where}: rotary must be a RotaryEmbedding with d_head = d_k = {d_k} "
+            f"(an even d_k: rotations act on pairs of features), got {what}"
+        )
 
 
 def _check_mask(where: str, mask: object, batch: int, heads: int, n: int, m: int) -> None:
@@ -261,9 +274,11 @@ def _check_mask(where: str, mask: object, batch: int, heads: int, n: int, m: int
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(f"{where}: mask of shape {tuple(mask.shape)} does not fit (B, 1 or n, m) = (B, {n}, {m}) "
-                         f"or (B, h, n, m) = ({batch}, {heads}, {n}, {m}) (B, h and n may be 1; m counts the "
-                         "cached keys too)")
+        raise ValueError(
+            f"{where}: mask of shape {tuple(mask.shape)} does not fit (B, 1 or n, m) = (B, {n}, {m}) "
+            f"or (B, h, n, m) = ({batch}, {heads}, {n}, {m}) (B, h and n may be 1; m counts the "
+            "cached keys too)"
+        )
 
 
 def _check_repeat(kv: object, group: object) -> None:
@@ -273,8 +288,9 @@ def _check_repeat(kv: object, group: object) -> None:
     checks.positive_int("repeat_kv_heads", group=group)
 
 
-def _check_cache_size(n_layers: object, n_kv_heads: object, d_k: object, length: object, batch: object,
-                      dtype: object) -> None:
+def _check_cache_size(
+    n_layers: object, n_kv_heads: object, d_k: object, length: object, batch: object, dtype: object
+) -> None:
     checks.positive_int("kv_cache_bytes", n_layers=n_layers, n_kv_heads=n_kv_heads, d_k=d_k, batch=batch)
     checks.non_negative_int("kv_cache_bytes", length=length)
     if not isinstance(dtype, torch.dtype):

@@ -22,8 +22,14 @@ from transformer_book.contracts import IGNORE_INDEX, InContextBatch
 from transformer_book.data.incontext import InContextTask
 from transformer_book.models.gpt import GPT
 
-__all__ = ["accuracy_by_demonstrations", "loss_by_demonstrations", "label_attention", "previous_item_attention",
-           "ideal_accuracy", "icl_loss"]
+__all__ = [
+    "accuracy_by_demonstrations",
+    "loss_by_demonstrations",
+    "label_attention",
+    "previous_item_attention",
+    "ideal_accuracy",
+    "icl_loss",
+]
 
 
 def _check(model: GPT, task: InContextTask, n: int, where: str) -> None:
@@ -32,14 +38,17 @@ def _check(model: GPT, task: InContextTask, n: int, where: str) -> None:
     if not isinstance(task, InContextTask):
         raise ValueError(f"{where}: task must be an InContextTask, got {type(task).__name__}")
     if model.config.vocab_size != task.vocab_size or model.config.context < task.length - 1:
-        raise ValueError(f"{where}: the model (vocabulary {model.config.vocab_size}, context {model.config.context}) "
-                         f"does not fit the task (vocabulary {task.vocab_size}, {task.length - 1} positions)")
+        raise ValueError(
+            f"{where}: the model (vocabulary {model.config.vocab_size}, context {model.config.context}) "
+            f"does not fit the task (vocabulary {task.vocab_size}, {task.length - 1} positions)"
+        )
     checks.positive_int(where, n=n)
 
 
 @torch.no_grad()
-def _logits(model: GPT, task: InContextTask, split: str, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                       torch.Tensor]:
+def _logits(
+    model: GPT, task: InContextTask, split: str, n: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Logits at the label positions ``(n, P, V)``, the labels ``(n, P)`` and the inputs ``(n, 2P)``."""
     x, y = task.batch(task.sample(n, torch.Generator().manual_seed(seed), split=split))
     device = next(model.parameters()).device
@@ -52,8 +61,9 @@ def _logits(model: GPT, task: InContextTask, split: str, n: int, seed: int) -> t
     return logits[:, 1::2], y[:, 1::2], x
 
 
-def accuracy_by_demonstrations(model: GPT, task: InContextTask, *, split: str = "test", n: int = 2_000,
-                               seed: int = 1) -> torch.Tensor:
+def accuracy_by_demonstrations(
+    model: GPT, task: InContextTask, *, split: str = "test", n: int = 2_000, seed: int = 1
+) -> torch.Tensor:
     r"""``(n_pairs,)``: entry :math:`k` is the share of ``n`` sequences of ``split`` (held-out
     label assignments by default) whose label after :math:`k` demonstrations is the model's most
     probable next token (over the whole vocabulary), in eval mode."""
@@ -62,8 +72,9 @@ def accuracy_by_demonstrations(model: GPT, task: InContextTask, *, split: str = 
     return (logits.argmax(dim=-1) == labels).double().mean(dim=0)
 
 
-def loss_by_demonstrations(model: GPT, task: InContextTask, *, split: str = "test", n: int = 2_000,
-                           seed: int = 1) -> torch.Tensor:
+def loss_by_demonstrations(
+    model: GPT, task: InContextTask, *, split: str = "test", n: int = 2_000, seed: int = 1
+) -> torch.Tensor:
     r"""``(n_pairs,)``: the mean cross-entropy (nats) of the label after :math:`k` demonstrations."""
     _check(model, task, n, "loss_by_demonstrations")
     logits, labels, _ = _logits(model, task, split, n, seed)
@@ -86,8 +97,9 @@ def ideal_accuracy(task: InContextTask, k: int) -> float:
     return 1.0 - (1 - 1 / G) ** k + unseen
 
 
-def _attention_weights(model: GPT, task: InContextTask, layer: int, split: str, n: int, seed: int,
-                       where: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _attention_weights(
+    model: GPT, task: InContextTask, layer: int, split: str, n: int, seed: int, where: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` sequences of ``split`` ``(n, positions)`` and the attention weights of ``layer`` on
     them, ``(n, heads, positions, positions)`` on the CPU, computed in eval mode (restored after)."""
     _check(model, task, n, where)
@@ -103,8 +115,9 @@ def _attention_weights(model: GPT, task: InContextTask, layer: int, split: str, 
 
 
 @torch.no_grad()
-def label_attention(model: GPT, task: InContextTask, layer: int, *, split: str = "test", n: int = 500,
-                    seed: int = 1) -> dict[str, torch.Tensor]:
+def label_attention(
+    model: GPT, task: InContextTask, layer: int, *, split: str = "test", n: int = 500, seed: int = 1
+) -> dict[str, torch.Tensor]:
     r"""Where the heads of ``layer`` look from the last item (the query) of ``n`` sequences.
 
     Returns ``{"same group label", "other group label", "same group item", "other"}``, each
@@ -113,15 +126,15 @@ def label_attention(model: GPT, task: InContextTask, layer: int, *, split: str =
     own group (the query itself excluded), and on everything else (``[BOS]``, other items, itself).
     """
     x, weights = _attention_weights(model, task, layer, split, n, seed, "label_attention")
-    query = x.shape[1] - 1                                            # the last item, whose label is asked
-    w = weights[:, :, query]                                          # (n, h, positions)
-    groups = task.group_of(x)                                         # (n, positions): -1 off items
+    query = x.shape[1] - 1  # the last item, whose label is asked
+    w = weights[:, :, query]  # (n, h, positions)
+    groups = task.group_of(x)  # (n, positions): -1 off items
     item_group = torch.full_like(groups, -1)
-    item_group[:, 2::2] = groups[:, 1:-1:2]                           # a label's item is the token before it
-    own = groups[:, query:query + 1]                                  # (n, 1)
+    item_group[:, 2::2] = groups[:, 1:-1:2]  # a label's item is the token before it
+    own = groups[:, query : query + 1]  # (n, 1)
     same_label = (item_group == own) & (item_group >= 0)
     other_label = (item_group != own) & (item_group >= 0)
-    same_item = (groups == own)
+    same_item = groups == own
     same_item[:, query] = False
     parts = {"same group label": same_label, "other group label": other_label, "same group item": same_item}
     out = {name: (w * where[:, None, :]).sum(dim=-1).mean(dim=0) for name, where in parts.items()}
@@ -130,13 +143,14 @@ def label_attention(model: GPT, task: InContextTask, layer: int, *, split: str =
 
 
 @torch.no_grad()
-def previous_item_attention(model: GPT, task: InContextTask, layer: int, *, split: str = "test", n: int = 500,
-                            seed: int = 1) -> torch.Tensor:
+def previous_item_attention(
+    model: GPT, task: InContextTask, layer: int, *, split: str = "test", n: int = 500, seed: int = 1
+) -> torch.Tensor:
     """``(n_heads,)``: the mean attention weight that the heads of ``layer`` put, from every label
     position, on the item just before it (the first half of an induction circuit: a label's
     position learns which word it labels)."""
     x, weights = _attention_weights(model, task, layer, split, n, seed, "previous_item_attention")
-    labels = torch.arange(2, x.shape[1], 2)                          # input positions holding a label
+    labels = torch.arange(2, x.shape[1], 2)  # input positions holding a label
     return weights[:, :, labels, labels - 1].mean(dim=(0, 2))
 
 

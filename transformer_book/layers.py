@@ -191,12 +191,19 @@ class EncoderLayer(nn.Module):
         return f"norm_first={self.norm_first}"
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False,
-        cache: KVCache | None = None, causal: bool = False, bias: torch.Tensor | None = None,
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+        causal: bool = False,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            out, weights = self.self_attn(h, h, h, mask, need_weights=need_weights, cache=cache, causal=causal,
-                                          bias=bias)
+            out, weights = self.self_attn(
+                h, h, h, mask, need_weights=need_weights, cache=cache, causal=causal, bias=bias
+            )
             return self.dropout1(out), weights
 
         if self.norm_first:

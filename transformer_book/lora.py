@@ -55,8 +55,10 @@ def _check_rank(where: str, linear: object, r: object, alpha: object, dropout: o
         raise ValueError(f"{where}: the layer's weight must be floating point, got {linear.weight.dtype}")
     checks.integer(where, "r", r, minimum=1)
     if r > min(linear.in_features, linear.out_features):
-        raise ValueError(f"{where}: r={r} exceeds min(d_in, d_out) = min({linear.in_features}, "
-                         f"{linear.out_features}): a rank-{r} update of that matrix is not low rank")
+        raise ValueError(
+            f"{where}: r={r} exceeds min(d_in, d_out) = min({linear.in_features}, "
+            f"{linear.out_features}): a rank-{r} update of that matrix is not low rank"
+        )
     checks.finite_real(where, "alpha", alpha, above=0.0)
     checks.probability(where, "dropout", dropout)
 
@@ -108,8 +110,8 @@ class LoRALinear(nn.Module):
         self.r, self.alpha, self.scaling = r, float(alpha), float(alpha) / r
         self.dropout = nn.Dropout(dropout)
         like = dict(device=base.weight.device, dtype=base.weight.dtype)
-        self.lora_a = nn.Parameter(torch.empty(r, base.in_features, **like))    # A: (r, d_in)
-        self.lora_b = nn.Parameter(torch.empty(base.out_features, r, **like))   # B: (d_out, r)
+        self.lora_a = nn.Parameter(torch.empty(r, base.in_features, **like))  # A: (r, d_in)
+        self.lora_b = nn.Parameter(torch.empty(base.out_features, r, **like))  # B: (d_out, r)
         self.merged = False
         self.reset_parameters()
 
@@ -144,9 +146,9 @@ class LoRALinear(nn.Module):
         return self.scaling * (self.lora_b @ self.lora_a)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.merged:                                      # W already holds W + (alpha / r) B A
+        if self.merged:  # W already holds W + (alpha / r) B A
             return self.base(x)
-        low_rank = F.linear(F.linear(self.dropout(x), self.lora_a), self.lora_b)   # x A^T B^T: (..., d_out)
+        low_rank = F.linear(F.linear(self.dropout(x), self.lora_a), self.lora_b)  # x A^T B^T: (..., d_out)
         return self.base(x) + self.scaling * low_rank
 
     @torch.no_grad()
@@ -168,8 +170,10 @@ class LoRALinear(nn.Module):
         return self
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, r={self.r}, "
-                f"alpha={self.alpha:g}, scaling={self.scaling:g}, dropout={self.dropout.p:g}, merged={self.merged}")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, r={self.r}, "
+            f"alpha={self.alpha:g}, scaling={self.scaling:g}, dropout={self.dropout.p:g}, merged={self.merged}"
+        )
 
 
 def _check_module(where: str, model: object) -> None:
@@ -202,8 +206,9 @@ def _names(where: str, argument: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _check_apply(model: nn.Module, targets: Sequence[str], r: int, alpha: float, dropout: float,
-                 train: Sequence[str]) -> dict[str, nn.Linear]:
+def _check_apply(
+    model: nn.Module, targets: Sequence[str], r: int, alpha: float, dropout: float, train: Sequence[str]
+) -> dict[str, nn.Linear]:
     """Check every argument of :func:`apply_lora` before the model is touched (a refused call
     leaves it as it was) and return the layers to wrap, by qualified name."""
     where = "apply_lora"
@@ -212,48 +217,68 @@ def _check_apply(model: nn.Module, targets: Sequence[str], r: int, alpha: float,
     if not targets:
         raise ValueError(f"{where}: targets is empty: name at least one linear layer to adapt")
     if any(isinstance(m, LoRALinear) for m in model.modules()):
-        raise ValueError(f"{where}: the model has LoRA layers already (apply_lora was applied); "
-                         "merge_lora it first, or adapt a fresh copy of the base model")
+        raise ValueError(
+            f"{where}: the model has LoRA layers already (apply_lora was applied); "
+            "merge_lora it first, or adapt a fresh copy of the base model"
+        )
     linears = _names_of(model, nn.Linear)
     found = {name: m for name, m in linears.items() if name.rpartition(".")[2] in targets}
     missing = [t for t in targets if not any(name.rpartition(".")[2] == t for name in found)]
     if missing:
         known = sorted({name.rpartition(".")[2] for name in linears})
-        raise ValueError(f"{where}: no nn.Linear is named {missing} in {type(model).__name__}; "
-                         f"its linear layers are named {known}")
+        raise ValueError(
+            f"{where}: no nn.Linear is named {missing} in {type(model).__name__}; its linear layers are named {known}"
+        )
     for name, linear in found.items():
         _check_rank(f"{where} ({name})", linear, r, alpha, dropout)
         if sum(m is linear for m in linears.values()) > 1:
-            raise ValueError(f"{where}: the layer {name} is shared with another name; wrapping it under one "
-                             "name would leave the other unadapted")
+            raise ValueError(
+                f"{where}: the layer {name} is shared with another name; wrapping it under one "
+                "name would leave the other unadapted"
+            )
     tied, modules = _tied(model), _names_of(model)
     for name, linear in found.items():
         for parameter in linear.parameters():
             if id(parameter) in tied:
-                raise ValueError(f"{where}: {name}'s weight is tied to {tied[id(parameter)]}; adapting (and later "
-                                 "merging into) it would change the tied weights too")
+                raise ValueError(
+                    f"{where}: {name}'s weight is tied to {tied[id(parameter)]}; adapting (and later "
+                    "merging into) it would change the tied weights too"
+                )
     for prefix in train:
         if not any(_under(name, (prefix,)) for name in modules):
             raise ValueError(f"{where}: train names {prefix!r}, but {type(model).__name__} has no module of that name")
     for shared in tied.values():
         inside = [_under(name.rpartition(".")[0], train) for name in shared]
         if any(inside) and not all(inside):
-            raise ValueError(f"{where}: training {train} would also train the tied weight {shared}; name all of "
-                             "its modules in train, or none")
+            raise ValueError(
+                f"{where}: training {train} would also train the tied weight {shared}; name all of "
+                "its modules in train, or none"
+            )
     return found
 
 
 def _keep_branch_unpacked(parent: nn.Module, attribute: str, dropout: float) -> None:
     """A self-attention that packs its Q, K and V products reads ``w_q.weight``, ..., which holds
     the update but not the branch's dropout: with dropout the attention computes them one by one."""
-    if dropout > 0 and isinstance(parent, MultiHeadAttention) and attribute in ("w_q", "w_k", "w_v") \
-            and "pack_projections" not in vars(parent):
+    if (
+        dropout > 0
+        and isinstance(parent, MultiHeadAttention)
+        and attribute in ("w_q", "w_k", "w_v")
+        and "pack_projections" not in vars(parent)
+    ):
         parent.pack_projections = False
         parent._lora_unpacked = True
 
 
-def apply_lora(model: nn.Module, *, targets: Sequence[str] = ("w_q", "w_v"), r: int = 8, alpha: float = 16.0,
-               dropout: float = 0.0, train: Sequence[str] = ()) -> nn.Module:
+def apply_lora(
+    model: nn.Module,
+    *,
+    targets: Sequence[str] = ("w_q", "w_v"),
+    r: int = 8,
+    alpha: float = 16.0,
+    dropout: float = 0.0,
+    train: Sequence[str] = (),
+) -> nn.Module:
     r"""Adapt ``model`` in place with LoRA: every ``nn.Linear`` whose attribute name is in
     ``targets`` becomes a :class:`LoRALinear` around it, and every other parameter is frozen
     except those of the modules whose qualified name is or starts with one of ``train`` (a new
@@ -292,7 +317,7 @@ def apply_lora(model: nn.Module, *, targets: Sequence[str] = ("w_q", "w_v"), r: 
             module.requires_grad_(True)
     for module in model.modules():
         if isinstance(module, LoRALinear):
-            module.base.requires_grad_(False)                  # W and b stay as pretrained
+            module.base.requires_grad_(False)  # W and b stay as pretrained
     return model
 
 
@@ -322,7 +347,7 @@ def merge_lora(model: nn.Module) -> nn.Module:
         parent_name, _, attribute = name.rpartition(".")
         parent = model.get_submodule(parent_name)
         setattr(parent, attribute, layer.merge().base)
-        if vars(parent).pop("_lora_unpacked", False):      # no branch left: packing is exact again
+        if vars(parent).pop("_lora_unpacked", False):  # no branch left: packing is exact again
             del parent.pack_projections
     return model
 
@@ -341,13 +366,16 @@ def lora_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """
     layers = _lora_layers("lora_state_dict", model)
     factors = {id(p) for layer in layers.values() for p in (layer.lora_a, layer.lora_b)}
-    return {name: tensor.detach() for name, tensor in model.state_dict(keep_vars=True).items()
-            if id(tensor) in factors or (isinstance(tensor, nn.Parameter) and tensor.requires_grad)}
+    return {
+        name: tensor.detach()
+        for name, tensor in model.state_dict(keep_vars=True).items()
+        if id(tensor) in factors or (isinstance(tensor, nn.Parameter) and tensor.requires_grad)
+    }
 
 
 def trainable_parameters(model: nn.Module) -> tuple[int, int]:
     """``(trainable, total)``: the number of weights with ``requires_grad`` and of all weights of
     ``model``, a tied weight counted once. (``finetuning.trainable_parameters`` gives the first alone.)"""
     _check_module("trainable_parameters", model)
-    parameters = list(model.parameters())                   # each tied weight once
+    parameters = list(model.parameters())  # each tied weight once
     return sum(p.numel() for p in parameters if p.requires_grad), sum(p.numel() for p in parameters)

@@ -26,8 +26,10 @@ __all__ = ["corpus_bleu", "corpus_chrf", "bleu_by_length", "paired_bootstrap", "
 def _check_pair(hypotheses: Sequence[str], references: Sequence[str], where: str) -> None:
     for name, texts in (("hypotheses", hypotheses), ("references", references)):
         if not isinstance(texts, Sequence) or isinstance(texts, str):
-            raise ValueError(f"{where}: {name} must be a sequence of strings (a list), one per sentence, "
-                             f"got a {type(texts).__name__}")
+            raise ValueError(
+                f"{where}: {name} must be a sequence of strings (a list), one per sentence, "
+                f"got a {type(texts).__name__}"
+            )
         if not all(isinstance(t, str) for t in texts):
             raise ValueError(f"{where}: {name} must be a sequence of strings, one per sentence")
     if len(hypotheses) != len(references):
@@ -129,12 +131,22 @@ def paired_bootstrap(
     _check_pair(baseline, references, "paired_bootstrap")
     _check_pair(system, references, "paired_bootstrap")
     checks.positive_int("paired_bootstrap", n_samples=n_samples)
-    test = PairedTest([("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},
-                      [list(references)], test_type="bs", n_samples=n_samples)
+    test = PairedTest(
+        [("baseline", list(baseline)), ("system", list(system))],
+        {"BLEU": BLEU()},
+        [list(references)],
+        test_type="bs",
+        n_samples=n_samples,
+    )
     _, scores = test()
     base, result = scores["BLEU"]
-    return {"baseline_bleu": float(base.score), "system_bleu": float(result.score), "p_value": float(result.p_value),
-            "system_mean": float(result.mean), "system_ci": float(result.ci)}
+    return {
+        "baseline_bleu": float(base.score),
+        "system_bleu": float(result.score),
+        "p_value": float(result.p_value),
+        "system_mean": float(result.mean),
+        "system_ci": float(result.ci),
+    }
 
 
 def distinct_n(sentences: Sequence[str], n: int) -> float:
@@ -151,7 +163,7 @@ def distinct_n(sentences: Sequence[str], n: int) -> float:
     checks.positive_int("distinct_n", n=n)
     if isinstance(sentences, str) or not all(isinstance(t, str) for t in sentences):
         raise ValueError("distinct_n: sentences must be a sequence of strings")
-    grams = [tuple(words[i:i + n]) for words in (t.split() for t in sentences) for i in range(len(words) - n + 1)]
+    grams = [tuple(words[i : i + n]) for words in (t.split() for t in sentences) for i in range(len(words) - n + 1)]
     if not grams:
         raise ValueError(f"distinct_n: the sentences hold no {n}-gram")
     return len(set(grams)) / len(grams)

@@ -216,8 +216,10 @@ def _check_norm(where: str, x: object, gamma: torch.Tensor, eps: object) -> None
         raise ValueError(f"{where}: x must be a floating-point tensor, got {what}")
     if not isinstance(gamma, torch.Tensor) or gamma.dim() != 1 or x.shape[-1:] != gamma.shape:
         what = tuple(gamma.shape) if isinstance(gamma, torch.Tensor) else type(gamma).__name__
-        raise ValueError(f"{where}: x of shape {tuple(x.shape)} and gamma of shape {what} do not fit: x must be "
-                         "(..., d) and gamma (d,)")
+        raise ValueError(
+            f"{where}: x of shape {tuple(x.shape)} and gamma of shape {what} do not fit: x must be "
+            "(..., d) and gamma (d,)"
+        )
     checks.finite_real(where, "eps", eps, above=0)
 
 

@@ -31,8 +31,9 @@ from transformer_book.contracts import IGNORE_INDEX
 __all__ = ["label_smoothed_cross_entropy", "seq2seq_loss", "language_model_loss"]
 
 
-def _check_smoothed_targets(where: str, logits: torch.Tensor, targets: torch.Tensor, pad_id: int,
-                            smoothing: float) -> None:
+def _check_smoothed_targets(
+    where: str, logits: torch.Tensor, targets: torch.Tensor, pad_id: int, smoothing: float
+) -> None:
     """Floating ``(..., V)`` logits, integer targets of the shape ``logits.shape[:-1]`` with every
     non-PAD id in ``[0, V)`` and at least one of them, and ``smoothing`` in ``[0, 1)``."""
     if not isinstance(logits, torch.Tensor) or logits.dim() < 2 or not logits.dtype.is_floating_point:
@@ -40,8 +41,10 @@ def _check_smoothed_targets(where: str, logits: torch.Tensor, targets: torch.Ten
     if not isinstance(targets, torch.Tensor) or targets.dtype.is_floating_point or targets.dtype == torch.bool:
         raise ValueError(f"{where}: targets must be an integer tensor")
     if targets.shape != logits.shape[:-1]:
-        raise ValueError(f"{where}: targets shape {tuple(targets.shape)} does not match logits shape "
-                         f"{tuple(logits.shape)} without its last (vocabulary) axis")
+        raise ValueError(
+            f"{where}: targets shape {tuple(targets.shape)} does not match logits shape "
+            f"{tuple(logits.shape)} without its last (vocabulary) axis"
+        )
     checks.probability(where, "smoothing", smoothing)
     kept = targets[targets != pad_id]
     if kept.numel() == 0:
@@ -123,12 +126,18 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
         outside = kept & ((y < 0) | (y >= logits.shape[-1]))
         scored, bad = torch.stack([kept.sum(), outside.sum()]).tolist()  # one wait for the device, not two
         if bad:
-            raise ValueError(f"language_model_loss: {bad} target id(s) lie outside [0, {logits.shape[-1]}) "
-                             f"(and are not IGNORE_INDEX {IGNORE_INDEX})")
+            raise ValueError(
+                f"language_model_loss: {bad} target id(s) lie outside [0, {logits.shape[-1]}) "
+                f"(and are not IGNORE_INDEX {IGNORE_INDEX})"
+            )
         if scored == 0:  # cross-entropy's mean over no positions is 0 / 0
             return logits.float().sum() * 0.0, 0
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1), label_smoothing=epsilon,
-                               ignore_index=IGNORE_INDEX)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(),
+            y.reshape(-1),
+            label_smoothing=epsilon,
+            ignore_index=IGNORE_INDEX,
+        )
         return loss, scored
 
     return loss_fn

@@ -18,8 +18,16 @@ if TYPE_CHECKING:  # matplotlib is imported lazily: importing the package stays 
     from matplotlib.figure import Figure
     from matplotlib.text import Annotation
 
-__all__ = ["BOOK_COLOURS", "MIN_FONT_PT", "BOOK_WIDTH_IN", "use_book_style", "panels", "label_points", "heatmap",
-           "attention_heatmap"]
+__all__ = [
+    "BOOK_COLOURS",
+    "MIN_FONT_PT",
+    "BOOK_WIDTH_IN",
+    "use_book_style",
+    "panels",
+    "label_points",
+    "heatmap",
+    "attention_heatmap",
+]
 
 # Okabe and Ito's eight colours, told apart with each common colour-vision deficiency; their yellow,
 # faint on white, comes last, for an eighth line.
@@ -42,21 +50,23 @@ def use_book_style(*, retina: bool = True) -> None:
     import matplotlib as mpl
     from cycler import cycler
 
-    mpl.rcParams.update({
-        "axes.prop_cycle": cycler(color=list(BOOK_COLOURS)),
-        "figure.figsize": (BOOK_WIDTH_IN, 4.0),
-        "figure.dpi": 100,
-        "font.size": 11,
-        "axes.titlesize": 12,
-        "axes.labelsize": 11,
-        "xtick.labelsize": 10,
-        "ytick.labelsize": 10,
-        "legend.fontsize": 10,
-        "legend.title_fontsize": 10,
-        "figure.titlesize": 12,
-        "lines.linewidth": 1.8,
-        "image.cmap": "viridis",
-    })
+    mpl.rcParams.update(
+        {
+            "axes.prop_cycle": cycler(color=list(BOOK_COLOURS)),
+            "figure.figsize": (BOOK_WIDTH_IN, 4.0),
+            "figure.dpi": 100,
+            "font.size": 11,
+            "axes.titlesize": 12,
+            "axes.labelsize": 11,
+            "xtick.labelsize": 10,
+            "ytick.labelsize": 10,
+            "legend.fontsize": 10,
+            "legend.title_fontsize": 10,
+            "figure.titlesize": 12,
+            "lines.linewidth": 1.8,
+            "image.cmap": "viridis",
+        }
+    )
     if retina:
         try:
             from IPython import get_ipython
@@ -67,8 +77,9 @@ def use_book_style(*, retina: bool = True) -> None:
             set_matplotlib_formats("retina")
 
 
-def panels(n: int, *, max_columns: int = 2, panel_height: float = 3.2, width: float = BOOK_WIDTH_IN,
-           **subplots_kwargs: Any) -> tuple[Figure, list[Axes]]:
+def panels(
+    n: int, *, max_columns: int = 2, panel_height: float = 3.2, width: float = BOOK_WIDTH_IN, **subplots_kwargs: Any
+) -> tuple[Figure, list[Axes]]:
     """A figure of ``n`` panels, at most ``max_columns`` side by side, the rest in further rows.
 
     Four panels become a 2 x 2 grid rather than a row of four, so that the figure keeps the book's
@@ -85,8 +96,9 @@ def panels(n: int, *, max_columns: int = 2, panel_height: float = 3.2, width: fl
     checks.positive_int("panels", n=n, max_columns=max_columns)
     columns = min(n, max_columns)
     rows = -(-n // columns)
-    fig, grid = plt.subplots(rows, columns, figsize=(width, panel_height * rows), squeeze=False,
-                             layout="constrained", **subplots_kwargs)
+    fig, grid = plt.subplots(
+        rows, columns, figsize=(width, panel_height * rows), squeeze=False, layout="constrained", **subplots_kwargs
+    )
     axes = list(grid.ravel())
     for extra in axes[n:]:
         extra.remove()
@@ -150,16 +162,24 @@ def label_points(
     if not np.isfinite(points).all():
         raise ValueError("label_points: xy has a NaN or infinite coordinate")
     if isinstance(labels, str) or not all(isinstance(label, str) for label in labels):
-        raise ValueError("label_points: labels must be a sequence of strings, one per point "
-                         f"(a single str would give each point one character), got {labels!r:.60}")
+        raise ValueError(
+            "label_points: labels must be a sequence of strings, one per point "
+            f"(a single str would give each point one character), got {labels!r:.60}"
+        )
     if len(labels) != len(points):
         raise ValueError(f"label_points: {len(labels)} labels for {len(points)} points")
     if colours is not None and (isinstance(colours, str) or len(colours) != len(points)):
-        raise ValueError(f"label_points: colours must be a sequence of {len(points)} colours, one per point, got {colours!r:.60}")
+        raise ValueError(
+            f"label_points: colours must be a sequence of {len(points)} colours, one per point, got {colours!r:.60}"
+        )
     checks.finite_real("label_points", "fontsize", fontsize, above=0)
     checks.finite_real("label_points", "marker_pt", marker_pt, above=0)
-    if (isinstance(radii_pt, str) or not radii_pt or any(isinstance(r, bool) or not isinstance(r, Real) or not math.isfinite(r) or not r > 0 for r in radii_pt)
-            or list(radii_pt) != sorted(radii_pt)):
+    if (
+        isinstance(radii_pt, str)
+        or not radii_pt
+        or any(isinstance(r, bool) or not isinstance(r, Real) or not math.isfinite(r) or not r > 0 for r in radii_pt)
+        or list(radii_pt) != sorted(radii_pt)
+    ):
         raise ValueError(f"label_points: radii_pt must be finite, positive and increasing, got {tuple(radii_pt)}")
     figure = ax.figure
     figure.draw_without_rendering()  # settle the layout, so that pixels below are final
@@ -200,9 +220,15 @@ def label_points(
                 if radius > radii_pt[0]:
                     along = np.linspace(0.0, 1.0, 12)[1:-1, None]
                     line = np.array([x, y]) + along * (np.array([ax_, ay_]) - np.array([x, y]))
-                    for other in obstacles[len(centres):]:
-                        crossed += int(((line[:, 0] > other[0]) & (line[:, 0] < other[2])
-                                        & (line[:, 1] > other[1]) & (line[:, 1] < other[3])).any())
+                    for other in obstacles[len(centres) :]:
+                        crossed += int(
+                            (
+                                (line[:, 0] > other[0])
+                                & (line[:, 0] < other[2])
+                                & (line[:, 1] > other[1])
+                                & (line[:, 1] < other[3])
+                            ).any()
+                        )
                 cost = (covered, crossed)  # covering anything is worse than crossing a label
                 if best is None or cost < best[0]:
                     best = (cost, radius, ux, uy, box, scale / px_per_pt)
@@ -214,11 +240,19 @@ def label_points(
             best = ((0.0, 0), radii_pt[0], 1, 1, None, (marker_pt + radii_pt[0]) / np.sqrt(2.0))
         _, radius, ux, uy, box, scale = best  # scale: the offset along (ux, uy), in points
         colour = "black" if colours is None else colours[i]
-        leader = dict(arrowstyle="-", color=colour, linewidth=0.6, shrinkA=0, shrinkB=2) if radius > radii_pt[0] else None
+        leader = (
+            dict(arrowstyle="-", color=colour, linewidth=0.6, shrinkA=0, shrinkB=2) if radius > radii_pt[0] else None
+        )
         annotation = ax.annotate(
-            text, points[i], xytext=(ux * scale, uy * scale), textcoords="offset points", fontsize=fontsize,
+            text,
+            points[i],
+            xytext=(ux * scale, uy * scale),
+            textcoords="offset points",
+            fontsize=fontsize,
             ha="left" if ux > 0 else "right" if ux < 0 else "center",
-            va="bottom" if uy > 0 else "top" if uy < 0 else "center", arrowprops=leader)
+            va="bottom" if uy > 0 else "top" if uy < 0 else "center",
+            arrowprops=leader,
+        )
         annotation.set_in_layout(False)
         annotations.append(annotation)
         if box is not None:
@@ -257,7 +291,9 @@ def heatmap(
     """
     import matplotlib.pyplot as plt
 
-    values = matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, dtype=float)
+    values = (
+        matrix.detach().cpu().double().numpy() if isinstance(matrix, torch.Tensor) else np.asarray(matrix, dtype=float)
+    )
     if values.ndim != 2:
         raise ValueError(f"heatmap: matrix must be 2-D, got shape {values.shape}")
     if len(row_labels) != values.shape[0] or len(col_labels) != values.shape[1]:

@@ -263,9 +263,7 @@ class SinusoidalPositionalEncoding(PositionEncoding):
 
     pe: torch.Tensor
 
-    def __init__(
-        self, d_model: int, max_len: int = 5000, dropout: float = 0.0, base: float = 10000.0
-    ) -> None:
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0, base: float = 10000.0) -> None:
         super().__init__()
         where = type(self).__name__
         _check_even(where, "d_model", d_model)
@@ -282,7 +280,7 @@ class SinusoidalPositionalEncoding(PositionEncoding):
         """Return ``x + pe[offset:offset + n]`` for ``x`` of shape ``(..., n, d_model)``
         (``offset``: the position of ``x``'s first row, when decoding one token at a time)."""
         n = _check_offset_input(x, offset, self.d_model, self.max_len, type(self).__name__)
-        return x + self.pe[offset:offset + n].to(x.dtype)
+        return x + self.pe[offset : offset + n].to(x.dtype)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Return ``dropout(x + pe[offset:offset + n])`` (see :meth:`add`)."""
@@ -407,17 +405,14 @@ def relative_position_bucket(
     where = "relative_position_bucket"
     if not isinstance(relative_position, torch.Tensor):
         raise ValueError(
-            f"{where}: relative_position must be an integer torch.Tensor, "
-            f"got {type(relative_position).__name__}"
+            f"{where}: relative_position must be an integer torch.Tensor, got {type(relative_position).__name__}"
         )
     if (
         relative_position.dtype.is_floating_point
         or relative_position.dtype.is_complex
         or relative_position.dtype == torch.bool
     ):
-        raise ValueError(
-            f"{where}: relative_position must hold integers, got dtype {relative_position.dtype}"
-        )
+        raise ValueError(f"{where}: relative_position must hold integers, got dtype {relative_position.dtype}")
     _check_buckets(bidirectional, num_buckets, max_distance, where)
     return _bucket(relative_position, bidirectional, num_buckets, max_distance)
 
@@ -631,26 +626,18 @@ class RotaryEmbedding(PositionEncoding):
         checks.finite_real(where, "base", base, above=1)
         self.d_head = d_head
         self.base = float(base)
-        self.register_buffer(
-            "inv_freq", _frequencies(d_head, base, torch.float32), persistent=False
-        )
+        self.register_buffer("inv_freq", _frequencies(d_head, base, torch.float32), persistent=False)
 
-    def rotation_angles(
-        self, positions: torch.Tensor, dtype: torch.dtype | None = None
-    ) -> torch.Tensor:
+    def rotation_angles(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         r"""The angles :math:`m\,\theta_i`, shape ``(*positions.shape, d_head/2)``.
 
         Computed in ``dtype`` (default: float64 for float64 ``positions``, else float32).
         """
         where = type(self).__name__
         if not isinstance(positions, torch.Tensor):
-            raise ValueError(
-                f"{where}: positions must be a torch.Tensor, got {type(positions).__name__}"
-            )
+            raise ValueError(f"{where}: positions must be a torch.Tensor, got {type(positions).__name__}")
         if positions.dtype.is_complex or positions.dtype == torch.bool:
-            raise ValueError(
-                f"{where}: positions must be real numbers, got dtype {positions.dtype}"
-            )
+            raise ValueError(f"{where}: positions must be real numbers, got dtype {positions.dtype}")
         if dtype is None:
             dtype = torch.float64 if positions.dtype == torch.float64 else torch.float32
         if dtype == torch.float64:
@@ -736,9 +723,7 @@ class LearnableFourierFeatures(nn.Module):
         self.gamma = float(gamma)
         self.max_len = max_len
         self.w_r = nn.Linear(1, n_features // 2, bias=False)
-        self.mlp = nn.Sequential(
-            nn.Linear(n_features, hidden), nn.GELU(), nn.Linear(hidden, d_model)
-        )
+        self.mlp = nn.Sequential(nn.Linear(n_features, hidden), nn.GELU(), nn.Linear(hidden, d_model))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -752,9 +737,7 @@ class LearnableFourierFeatures(nn.Module):
             what = _describe(positions)
             raise ValueError(f"{where}: positions must be a 1-D tensor (n,), got {what}")
         if positions.dtype.is_complex or positions.dtype == torch.bool:
-            raise ValueError(
-                f"{where}: positions must be real numbers, got dtype {positions.dtype}"
-            )
+            raise ValueError(f"{where}: positions must be real numbers, got dtype {positions.dtype}")
         weight = self.w_r.weight
         p = positions.to(device=weight.device, dtype=weight.dtype)[:, None]  # (n, 1)
         projected = self.w_r(p)  # (n, D/2) = p W_r
@@ -861,15 +844,17 @@ def position_encoding(
         raise ValueError(f"{where}: unknown position {name!r}; {where} takes {_listed(accepted)}")
     way, build = _ENCODINGS[name]
     if way not in ways:
-        raise ValueError(f"{where}: position {name!r} {WAYS[way]}, which {where} does not take; choose "
-                         f"{_listed(accepted)}")
+        raise ValueError(
+            f"{where}: position {name!r} {WAYS[way]}, which {where} does not take; choose {_listed(accepted)}"
+        )
     checks.positive_int(where, d_model=d_model, n_heads=n_heads, max_len=max_len)
     checks.boolean(where, causal=causal, initialise=initialise)
     try:
         return build(_Sizes(d_model, n_heads, max_len, causal, base, initialise))
     except ValueError as err:
-        raise ValueError(f"{where}: position {name!r} does not fit d_model={d_model}, n_heads={n_heads}, "
-                         f"max_len={max_len}: {err}") from None
+        raise ValueError(
+            f"{where}: position {name!r} does not fit d_model={d_model}, n_heads={n_heads}, max_len={max_len}: {err}"
+        ) from None
 
 
 def _listed(names: tuple[str, ...]) -> str:
@@ -898,8 +883,9 @@ def _check_float_dtype(dtype: object, where: str) -> None:
         raise ValueError(f"{where}: dtype must be a floating torch.dtype, got {dtype!r}")
 
 
-def _check_table(where: str, d_model: object, base: object, dtype: object, *, n_positions: object = None,
-                 offset: object = None) -> None:
+def _check_table(
+    where: str, d_model: object, base: object, dtype: object, *, n_positions: object = None, offset: object = None
+) -> None:
     """The arguments of a sinusoidal table (:func:`sinusoidal_encoding`) or of its rotation
     (:func:`offset_matrix`): an even ``d_model``, a ``base`` above 1, a floating dtype, and a
     positive ``n_positions`` or a finite ``offset`` when given."""
@@ -920,8 +906,9 @@ def _check_rotary_input(where: str, x: object, positions: object, d_head: int) -
     if x.dim() < 2 or x.shape[-1] != d_head:
         raise ValueError(f"{where}: x must have shape (..., n, d_head={d_head}), got shape {tuple(x.shape)}")
     n = x.shape[-2]
-    if positions is not None and (not isinstance(positions, torch.Tensor) or positions.dim() < 1
-                                  or positions.shape[-1] != n):
+    if positions is not None and (
+        not isinstance(positions, torch.Tensor) or positions.dim() < 1 or positions.shape[-1] != n
+    ):
         raise ValueError(f"{where}: positions must have shape (..., n={n}), got {_describe(positions)}")
 
 
@@ -955,14 +942,11 @@ def _check_input(x: object, d_model: int, max_len: int | None, where: str) -> in
         what = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"{where}: x must be a floating-point tensor, got {what}")
     if x.dim() < 2 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"{where}: x must have shape (..., n, d_model={d_model}), got shape {tuple(x.shape)}"
-        )
+        raise ValueError(f"{where}: x must have shape (..., n, d_model={d_model}), got shape {tuple(x.shape)}")
     n = x.shape[-2]
     if max_len is not None and n > max_len:
         raise ValueError(
-            f"{where}: sequence length n={n} exceeds max_len={max_len}; build the module with "
-            f"max_len >= {n}"
+            f"{where}: sequence length n={n} exceeds max_len={max_len}; build the module with max_len >= {n}"
         )
     return n
 

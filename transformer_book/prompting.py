@@ -34,8 +34,17 @@ import torch
 from transformer_book.models.bert import BERT
 from transformer_book.models.gpt import GPT
 
-__all__ = ["MASK_SLOT", "TEXT_SLOT", "label_word_ids", "cloze_inputs", "mask_log_probs", "cloze_scores",
-           "next_token_log_probs", "next_token_log_probs_after", "calibrate"]
+__all__ = [
+    "MASK_SLOT",
+    "TEXT_SLOT",
+    "label_word_ids",
+    "cloze_inputs",
+    "mask_log_probs",
+    "cloze_scores",
+    "next_token_log_probs",
+    "next_token_log_probs_after",
+    "calibrate",
+]
 
 TEXT_SLOT = "{text}"
 """Where the text goes in a template."""
@@ -53,15 +62,19 @@ def label_word_ids(encode: Callable[[str], Sequence[int]], words: Sequence[str])
     for word in words:
         pieces = list(encode(word))
         if len(pieces) != 1:
-            raise ValueError(f"label_word_ids: label word {word!r} encodes to {len(pieces)} pieces {pieces}; "
-                             "a label word must be exactly one piece")
+            raise ValueError(
+                f"label_word_ids: label word {word!r} encodes to {len(pieces)} pieces {pieces}; "
+                "a label word must be exactly one piece"
+            )
         ids.append(pieces[0])
     return ids
 
 
 def _check_template(template: str) -> None:
     if template.count(TEXT_SLOT) != 1 or template.count(MASK_SLOT) != 1:
-        raise ValueError(f"cloze_inputs: the template must hold {TEXT_SLOT} and {MASK_SLOT} once each, got {template!r}")
+        raise ValueError(
+            f"cloze_inputs: the template must hold {TEXT_SLOT} and {MASK_SLOT} once each, got {template!r}"
+        )
 
 
 def _room_for_text(parts: list, max_len: int) -> int:
@@ -76,7 +89,9 @@ def _check_one_mask(tokens: torch.Tensor, mask_id: int) -> None:
     counts = (tokens == mask_id).sum(dim=1)
     if not bool((counts == 1).all()):
         bad = int((counts != 1).nonzero()[0, 0])
-        raise ValueError(f"mask_log_probs: row {bad} holds {int(counts[bad])} masks (id {mask_id}); exactly one is needed")
+        raise ValueError(
+            f"mask_log_probs: row {bad} holds {int(counts[bad])} masks (id {mask_id}); exactly one is needed"
+        )
 
 
 def _check_prompts(prompts: Sequence[Sequence[int]], context: int) -> None:
@@ -96,12 +111,22 @@ def _check_cached_prompts(model: GPT, prefix: Sequence[int], prompts: Sequence[S
 
 def _check_calibration(scores: torch.Tensor, content_free: torch.Tensor) -> None:
     if scores.dim() != 2 or content_free.reshape(-1).shape[0] != scores.shape[1]:
-        raise ValueError(f"calibrate: scores {tuple(scores.shape)} and content-free scores "
-                         f"{tuple(content_free.reshape(-1).shape)} do not match")
+        raise ValueError(
+            f"calibrate: scores {tuple(scores.shape)} and content-free scores "
+            f"{tuple(content_free.reshape(-1).shape)} do not match"
+        )
 
 
-def cloze_inputs(encode: Callable[[str], Sequence[int]], texts: Sequence[str], template: str, *, cls_id: int,
-                 sep_id: int, mask_id: int, max_len: int) -> list[list[int]]:
+def cloze_inputs(
+    encode: Callable[[str], Sequence[int]],
+    texts: Sequence[str],
+    template: str,
+    *,
+    cls_id: int,
+    sep_id: int,
+    mask_id: int,
+    max_len: int,
+) -> list[list[int]]:
     """``[CLS] template(text) [SEP]`` for every text, with the template's ``[MASK]`` as ``mask_id``.
 
     The template holds :data:`TEXT_SLOT` and :data:`MASK_SLOT` once each, in either order; the
@@ -133,12 +158,13 @@ def cloze_inputs(encode: Callable[[str], Sequence[int]], texts: Sequence[str], t
 def _split(template: str) -> list[str]:
     first, second = sorted([(template.index(TEXT_SLOT), TEXT_SLOT), (template.index(MASK_SLOT), MASK_SLOT)])
     a, b = first[0], second[0]
-    return [template[:a], first[1], template[a + len(first[1]):b], second[1], template[b + len(second[1]):]]
+    return [template[:a], first[1], template[a + len(first[1]) : b], second[1], template[b + len(second[1]) :]]
 
 
 @torch.no_grad()
-def mask_log_probs(model: BERT, tokens: torch.Tensor, *, mask_id: int,
-                   segments: torch.Tensor | None = None) -> torch.Tensor:
+def mask_log_probs(
+    model: BERT, tokens: torch.Tensor, *, mask_id: int, segments: torch.Tensor | None = None
+) -> torch.Tensor:
     """``(B, vocab_size)`` log-probabilities of the MLM head at the one ``mask_id`` of each row
     of ``tokens`` ``(B, n)``, in eval mode (the mode is restored after).
 
@@ -155,15 +181,16 @@ def mask_log_probs(model: BERT, tokens: torch.Tensor, *, mask_id: int,
         model.train(was_training)
 
 
-def cloze_scores(model: BERT, inputs: Sequence[Sequence[int]], label_ids: Sequence[int], *, mask_id: int,
-                 batch_size: int = 64) -> torch.Tensor:
+def cloze_scores(
+    model: BERT, inputs: Sequence[Sequence[int]], label_ids: Sequence[int], *, mask_id: int, batch_size: int = 64
+) -> torch.Tensor:
     """``(N, K)`` log-probabilities of the ``K`` label words behind the mask of each input (from
     :func:`cloze_inputs`), padded with the model's ``pad_id`` in batches of ``batch_size``."""
     device = next(model.parameters()).device
     label = torch.as_tensor(list(label_ids), device=device)
     rows = []
     for start in range(0, len(inputs), batch_size):
-        chunk = inputs[start:start + batch_size]
+        chunk = inputs[start : start + batch_size]
         n = max(len(ids) for ids in chunk)
         tokens = torch.full((len(chunk), n), model.config.pad_id, dtype=torch.long)
         for b, ids in enumerate(chunk):
@@ -173,8 +200,9 @@ def cloze_scores(model: BERT, inputs: Sequence[Sequence[int]], label_ids: Sequen
 
 
 @torch.no_grad()
-def next_token_log_probs(model: GPT, prompts: Sequence[Sequence[int]], *, pad_id: int = 0,
-                         batch_size: int = 16) -> torch.Tensor:
+def next_token_log_probs(
+    model: GPT, prompts: Sequence[Sequence[int]], *, pad_id: int = 0, batch_size: int = 16
+) -> torch.Tensor:
     """``(N, vocab_size)`` log-probabilities of the token after each prompt under a causal
     model. Prompts are padded on the right, which a causal mask makes harmless: no position
     attends to a later one, so each prompt's last position sees only the prompt.
@@ -189,7 +217,7 @@ def next_token_log_probs(model: GPT, prompts: Sequence[Sequence[int]], *, pad_id
     rows = []
     try:
         for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start:start + batch_size]
+            chunk = prompts[start : start + batch_size]
             lengths = torch.tensor([len(p) for p in chunk], device=device)
             tokens = torch.full((len(chunk), int(lengths.max())), pad_id, dtype=torch.long)
             for b, prompt in enumerate(chunk):
@@ -203,8 +231,9 @@ def next_token_log_probs(model: GPT, prompts: Sequence[Sequence[int]], *, pad_id
 
 
 @torch.no_grad()
-def next_token_log_probs_after(model: GPT, prefix: Sequence[int], prompts: Sequence[Sequence[int]], *,
-                               pad_id: int = 0, batch_size: int = 16) -> torch.Tensor:
+def next_token_log_probs_after(
+    model: GPT, prefix: Sequence[int], prompts: Sequence[Sequence[int]], *, pad_id: int = 0, batch_size: int = 16
+) -> torch.Tensor:
     """:func:`next_token_log_probs` of ``prefix + prompt`` for every prompt, with the shared prefix
     (the demonstrations of a few-shot prompt, a system prompt) computed once: its keys and values
     (``decode_step``) are copied into every row of a batch, and only the prompts' own tokens run
@@ -224,7 +253,7 @@ def next_token_log_probs_after(model: GPT, prefix: Sequence[int], prompts: Seque
         _, prefix_caches = model.decode_step(torch.as_tensor([list(prefix)], device=device))
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+            chunk = order[start : start + batch_size]
             lengths = torch.tensor([len(prompts[i]) for i in chunk], device=device)
             tokens = torch.full((len(chunk), int(lengths.max())), pad_id, dtype=torch.long)
             for b, i in enumerate(chunk):

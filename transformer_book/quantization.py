@@ -67,8 +67,11 @@ def dequantize(raw: np.ndarray | bytes, kind: str, shape: Sequence[int]) -> torc
     """
     _check_kind(kind)
     shape = tuple(int(s) for s in shape)
-    data = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, (bytes, bytearray, memoryview)) \
+    data = (
+        np.frombuffer(raw, dtype=np.uint8)
+        if isinstance(raw, (bytes, bytearray, memoryview))
         else np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+    )
     count = int(np.prod(shape)) if shape else 1
     if kind in ("F32", "F16"):
         width = 4 if kind == "F32" else 2
@@ -80,17 +83,19 @@ def dequantize(raw: np.ndarray | bytes, kind: str, shape: Sequence[int]) -> torc
         raise ValueError(f"dequantize: a {kind} tensor's last axis must be a multiple of {BLOCK}, got shape {shape}")
     n_blocks = count // BLOCK
     if data.size != n_blocks * _BLOCK_BYTES[kind]:
-        raise ValueError(f"dequantize: {data.size:,} bytes are not the {n_blocks:,} blocks of {_BLOCK_BYTES[kind]} "
-                         f"bytes that a {kind} tensor of shape {shape} takes")
+        raise ValueError(
+            f"dequantize: {data.size:,} bytes are not the {n_blocks:,} blocks of {_BLOCK_BYTES[kind]} "
+            f"bytes that a {kind} tensor of shape {shape} takes"
+        )
     blocks = data.reshape(n_blocks, _BLOCK_BYTES[kind])
-    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)                  # (n_blocks, 1) the scales
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # (n_blocks, 1) the scales
     if kind == "Q8_0":
-        q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)                  # (n_blocks, 32)
+        q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)  # (n_blocks, 32)
         weights = d * q
     else:
-        m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)              # (n_blocks, 1) the minima
-        packed = blocks[:, 4:]                                                      # (n_blocks, 16)
-        q = np.concatenate([packed & 0x0F, packed >> 4], axis=1).astype(np.float32)   # q_0..q_15, then q_16..q_31
+        m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)  # (n_blocks, 1) the minima
+        packed = blocks[:, 4:]  # (n_blocks, 16)
+        q = np.concatenate([packed & 0x0F, packed >> 4], axis=1).astype(np.float32)  # q_0..q_15, then q_16..q_31
         weights = d * q + m
     return torch.from_numpy(weights.reshape(shape))
 
@@ -118,8 +123,9 @@ def quantize(weights: torch.Tensor, kind: str) -> bytes:
     if kind == "F16":
         return values.astype("<f2").tobytes()
     if values.ndim == 0 or values.shape[-1] % BLOCK:
-        raise ValueError(f"quantize: a {kind} tensor's last axis must be a multiple of {BLOCK}, "
-                         f"got shape {tuple(values.shape)}")
+        raise ValueError(
+            f"quantize: a {kind} tensor's last axis must be a multiple of {BLOCK}, got shape {tuple(values.shape)}"
+        )
     blocks = values.reshape(-1, BLOCK)
     if kind == "Q8_0":
         d = (np.abs(blocks).max(axis=1, keepdims=True) / 127).astype(np.float16)
@@ -131,7 +137,7 @@ def quantize(weights: torch.Tensor, kind: str) -> bytes:
     scale = d.astype(np.float32)
     q = np.where(scale > 0, np.round((blocks - m.astype(np.float32)) / np.where(scale > 0, scale, 1)), 0)
     q = q.clip(0, 15).astype(np.uint8)
-    packed = (q[:, :BLOCK // 2] | (q[:, BLOCK // 2:] << 4)).astype(np.uint8)
+    packed = (q[:, : BLOCK // 2] | (q[:, BLOCK // 2 :] << 4)).astype(np.uint8)
     return np.concatenate([d.view(np.uint8), m.view(np.uint8), packed], axis=1).tobytes()
 
 

@@ -46,8 +46,17 @@ import torch
 from transformer_book import runtime
 from transformer_book.atomic import atomic_writer
 
-__all__ = ["SCHEMA_VERSION", "REQUIRED_KEYS", "REFERENCES_FILE", "REFERENCE_KEYS",
-           "record", "load_results", "load_references", "reference_applies", "default_results_dir"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "REQUIRED_KEYS",
+    "REFERENCES_FILE",
+    "REFERENCE_KEYS",
+    "record",
+    "load_results",
+    "load_references",
+    "reference_applies",
+    "default_results_dir",
+]
 
 SCHEMA_VERSION = 1
 """The version of the files' layout, ``{"schema_version": 1, "entries": [entry, ...]}``."""

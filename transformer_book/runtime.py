@@ -163,8 +163,12 @@ def environment_summary(device: torch.device | None = None) -> str:
         ("profile", profile()),
         ("torch threads", str(torch.get_num_threads())),
         # not the directory itself: a path says nothing to a reader and names the machine it ran on
-        ("data", "a local copy, from $TB_DATA_DIR" if os.environ.get("TB_DATA_DIR")
-         else "downloaded from the pinned addresses into the cache"),
+        (
+            "data",
+            "a local copy, from $TB_DATA_DIR"
+            if os.environ.get("TB_DATA_DIR")
+            else "downloaded from the pinned addresses into the cache",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}} : {v}" for k, v in rows)

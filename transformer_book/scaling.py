@@ -37,20 +37,38 @@ from torch import nn
 
 from transformer_book import checks
 
-__all__ = ["ScalingLaw", "ComputeOptimal", "PowerLaw", "DEFAULT_GRID", "HOFFMANN_GRID", "fit_scaling_law",
-           "huber", "scaling_law_objective", "non_embedding_parameters", "training_flops", "isoflop_points",
-           "IsoFLOPValley", "fit_isoflop_valley", "fit_power_law"]
+__all__ = [
+    "ScalingLaw",
+    "ComputeOptimal",
+    "PowerLaw",
+    "DEFAULT_GRID",
+    "HOFFMANN_GRID",
+    "fit_scaling_law",
+    "huber",
+    "scaling_law_objective",
+    "non_embedding_parameters",
+    "training_flops",
+    "isoflop_points",
+    "IsoFLOPValley",
+    "fit_isoflop_valley",
+    "fit_power_law",
+]
 
 ArrayLike = float | Sequence[float] | np.ndarray
 
 HOFFMANN_GRID: dict[str, tuple[float, ...]] = dict(
-    alpha=(0.0, 0.5, 1.0, 1.5, 2.0), beta=(0.0, 0.5, 1.0, 1.5, 2.0), e=(-1.0, -0.5, 0.0, 0.5, 1.0),
-    a=(0.0, 5.0, 10.0, 15.0, 20.0, 25.0), b=(0.0, 5.0, 10.0, 15.0, 20.0, 25.0))
+    alpha=(0.0, 0.5, 1.0, 1.5, 2.0),
+    beta=(0.0, 0.5, 1.0, 1.5, 2.0),
+    e=(-1.0, -0.5, 0.0, 0.5, 1.0),
+    a=(0.0, 5.0, 10.0, 15.0, 20.0, 25.0),
+    b=(0.0, 5.0, 10.0, 15.0, 20.0, 25.0),
+)
 """The 4,500 starting points for L-BFGS that Hoffmann et al. (2022) used, a grid over the five
 constants (:math:`E = e^e`, :math:`A = e^a`, :math:`B = e^b`)."""
 
 DEFAULT_GRID: dict[str, tuple[float, ...]] = dict(
-    alpha=(0.25, 0.5, 1.0), beta=(0.25, 0.5, 1.0), e=(-1.0, 0.0, 1.0), a=(0.0, 5.0, 10.0), b=(0.0, 10.0, 20.0))
+    alpha=(0.25, 0.5, 1.0), beta=(0.25, 0.5, 1.0), e=(-1.0, 0.0, 1.0), a=(0.0, 5.0, 10.0), b=(0.0, 10.0, 20.0)
+)
 r"""The default grid, coarser than :data:`HOFFMANN_GRID`: 243 starts, :math:`3^5`, which fit
 20 runs in under a second on one core (with :func:`fit_scaling_law`'s screening). Exponents
 start between 0.25 and 1 (Hoffmann et al. report 0.34 and 0.28); :math:`e \in \{-1, 0, 1\}` spans irreducible losses of 0.37 to 2.7
@@ -174,16 +192,17 @@ class ScalingLaw:
         return ComputeOptimal(_scalar_or_array(N_opt), _scalar_or_array(D_opt), self.loss(N_opt, D_opt))
 
     def __str__(self) -> str:
-        return (f"L(N, D) = {self.E:.3f} + {self.A:.4g} / N^{self.alpha:.3f} "
-                f"+ {self.B:.4g} / D^{self.beta:.3f}")
+        return f"L(N, D) = {self.E:.3f} + {self.A:.4g} / N^{self.alpha:.3f} + {self.B:.4g} / D^{self.beta:.3f}"
 
 
 def _check_budget(where: str, law: ScalingLaw, C: object, flops_per_token: object) -> tuple[np.ndarray, float]:
     (C,) = _check_sizes(where, C=C)
     k = checks.finite_real(where, "flops_per_token", flops_per_token, above=0)
     if not (law.alpha > 0 and law.beta > 0):
-        raise ValueError(f"{where}: the exponents must be positive for a compute-optimal split, got "
-                         f"alpha={law.alpha:g}, beta={law.beta:g}")
+        raise ValueError(
+            f"{where}: the exponents must be positive for a compute-optimal split, got "
+            f"alpha={law.alpha:g}, beta={law.beta:g}"
+        )
     return C, k
 
 
@@ -221,8 +240,9 @@ def _check_huber(where: str, r: object, delta: object) -> np.ndarray:
         raise ValueError(f"{where}: r must be numbers, got {type(r).__name__}") from None
 
 
-def scaling_law_objective(law: ScalingLaw, N: ArrayLike, D: ArrayLike, L: ArrayLike, *,
-                          huber_delta: float = 1e-3) -> float:
+def scaling_law_objective(
+    law: ScalingLaw, N: ArrayLike, D: ArrayLike, L: ArrayLike, *, huber_delta: float = 1e-3
+) -> float:
     r"""What :func:`fit_scaling_law` minimises: the Huber loss of the error in log loss, summed over the runs.
 
     .. math:: \sum_i h_\delta\bigl(\log \hat L(N_i, D_i) - \log L_i\bigr)
@@ -234,14 +254,16 @@ def scaling_law_objective(law: ScalingLaw, N: ArrayLike, D: ArrayLike, L: ArrayL
     return float(np.sum(huber(np.log(law.loss(N, D)) - np.log(L), huber_delta)))
 
 
-def _check_runs(where: str, N: object, D: object, L: object, huber_delta: object, *, minimum: int = 1,
-                law: object = None) -> tuple[np.ndarray, ...]:
+def _check_runs(
+    where: str, N: object, D: object, L: object, huber_delta: object, *, minimum: int = 1, law: object = None
+) -> tuple[np.ndarray, ...]:
     if law is not None and not isinstance(law, ScalingLaw):
         raise ValueError(f"{where}: law must be a ScalingLaw, got {type(law).__name__}")
     arrays = [_positive(where, name, value) for name, value in (("N", N), ("D", D), ("L", L))]
     if any(a.ndim != 1 for a in arrays) or len({a.size for a in arrays}) != 1:
-        raise ValueError(f"{where}: N, D and L must be 1-D and of equal length, got shapes "
-                         f"{', '.join(str(a.shape) for a in arrays)}")
+        raise ValueError(
+            f"{where}: N, D and L must be 1-D and of equal length, got shapes {', '.join(str(a.shape) for a in arrays)}"
+        )
     if arrays[0].size < minimum:
         raise ValueError(f"{where}: need at least {minimum} runs (the law has 5 constants), got {arrays[0].size}")
     _check_delta(where, "huber_delta", huber_delta)
@@ -267,8 +289,9 @@ def _check_grid(where: str, grid: object) -> np.ndarray:
     return np.array(list(itertools.product(*axes)))
 
 
-def _objective(theta: np.ndarray, log_N: np.ndarray, log_D: np.ndarray, log_L: np.ndarray,
-               delta: float) -> tuple[float, np.ndarray]:
+def _objective(
+    theta: np.ndarray, log_N: np.ndarray, log_D: np.ndarray, log_L: np.ndarray, delta: float
+) -> tuple[float, np.ndarray]:
     r"""The Huber objective in the parameters :math:`\theta = (e, a, b, \alpha, \beta)` and its gradient.
 
     :math:`\log \hat L_i = \operatorname{LSE}(a - \alpha \log N_i,\ b - \beta \log D_i,\ e)`,
@@ -290,8 +313,15 @@ def _objective(theta: np.ndarray, log_N: np.ndarray, log_D: np.ndarray, log_L: n
     return value, np.array([slope @ w_E, slope @ w_N, slope @ w_D, -(slope * w_N) @ log_N, -(slope * w_D) @ log_D])
 
 
-def fit_scaling_law(N: ArrayLike, D: ArrayLike, L: ArrayLike, *, huber_delta: float = 1e-3,
-                    grid: Mapping[str, Sequence[float]] | None = None, screen: bool = True) -> ScalingLaw:
+def fit_scaling_law(
+    N: ArrayLike,
+    D: ArrayLike,
+    L: ArrayLike,
+    *,
+    huber_delta: float = 1e-3,
+    grid: Mapping[str, Sequence[float]] | None = None,
+    screen: bool = True,
+) -> ScalingLaw:
     r"""Fit :math:`L(N, D) = E + A/N^{\alpha} + B/D^{\beta}` to measured runs, as Hoffmann et al. (2022, approach 3).
 
     With :math:`E = e^e`, :math:`A = e^a`, :math:`B = e^b` (positive by construction), the
@@ -346,8 +376,14 @@ _SCREEN_ITERATIONS, _FINALISTS, _MAX_ITERATIONS = 10, 5, 1000
 
 def _lbfgs(start: np.ndarray, data: tuple, iterations: int) -> OptimizeResult:
     """L-BFGS on :func:`_objective` from ``start`` for at most ``iterations`` iterations."""
-    return minimize(_objective, start, args=data, jac=True, method="L-BFGS-B",
-                    options=dict(maxiter=iterations, ftol=1e-14, gtol=1e-10))
+    return minimize(
+        _objective,
+        start,
+        args=data,
+        jac=True,
+        method="L-BFGS-B",
+        options=dict(maxiter=iterations, ftol=1e-14, gtol=1e-10),
+    )
 
 
 def _value(fit: OptimizeResult) -> float:
@@ -355,8 +391,9 @@ def _value(fit: OptimizeResult) -> float:
     return float(fit.fun) if np.isfinite(fit.fun) and np.all(np.isfinite(fit.x)) else math.inf
 
 
-def _check_fit(where: str, N: object, D: object, L: object, huber_delta: object,
-               grid: object) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]:
+def _check_fit(
+    where: str, N: object, D: object, L: object, huber_delta: object, grid: object
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]:
     """The fit's data ``(log N, log D, log L, delta)`` and its starts ``(S, 5)``."""
     N, D, L = _check_runs(where, N, D, L, huber_delta, minimum=5)
     _check_identifiable(where, N, D)
@@ -371,16 +408,20 @@ def _check_identifiable(where: str, N: np.ndarray, D: np.ndarray) -> None:
     for name, values, term in (("N", N, "A and alpha"), ("D", D, "B and beta")):
         distinct = np.unique(values)
         if distinct.size < 3:
-            raise ValueError(f"{where}: the runs have {distinct.size} distinct {name} ({distinct.tolist()}); the law "
-                             f"needs at least 3 to tell {term} apart from each other and from E")
+            raise ValueError(
+                f"{where}: the runs have {distinct.size} distinct {name} ({distinct.tolist()}); the law "
+                f"needs at least 3 to tell {term} apart from each other and from E"
+            )
 
 
 def _law_from_logs(where: str, e: float, a: float, b: float, alpha: float, beta: float) -> ScalingLaw:
     with np.errstate(over="ignore"):
         E, A, B = np.exp([e, a, b])
     if not np.all(np.isfinite([E, A, B, alpha, beta])) or A <= 0 or B <= 0:
-        raise ValueError(f"{where}: the fit did not reach finite constants (e, a, b, alpha, beta) = "
-                         f"{(e, a, b, alpha, beta)}; are the losses a power law in N and D?")
+        raise ValueError(
+            f"{where}: the fit did not reach finite constants (e, a, b, alpha, beta) = "
+            f"{(e, a, b, alpha, beta)}; are the losses a power law in N and D?"
+        )
     return ScalingLaw(E=float(E), A=float(A), B=float(B), alpha=float(alpha), beta=float(beta))
 
 
@@ -501,15 +542,24 @@ def fit_isoflop_valley(N: ArrayLike, L: ArrayLike) -> IsoFLOPValley:
     log_N, log_L = _check_pairs("fit_isoflop_valley", N, L, names=("N", "L"), distinct=3, curve="a parabola")
     a, b, c = (float(v) for v in np.polyfit(log_N, np.exp(log_L), 2))
     if not a > 0:
-        raise ValueError(f"fit_isoflop_valley: the losses do not form a valley (the parabola opens downwards or "
-                         f"is flat, a = {a:.3g}); the sizes may all lie on one side of the slice's optimum")
+        raise ValueError(
+            f"fit_isoflop_valley: the losses do not form a valley (the parabola opens downwards or "
+            f"is flat, a = {a:.3g}); the sizes may all lie on one side of the slice's optimum"
+        )
     x_opt = -b / (2 * a)
-    return IsoFLOPValley(N=float(np.exp(x_opt)), loss=c - b * b / (4 * a), a=a, b=b, c=c,
-                         inside=bool(log_N.min() <= x_opt <= log_N.max()))
+    return IsoFLOPValley(
+        N=float(np.exp(x_opt)),
+        loss=c - b * b / (4 * a),
+        a=a,
+        b=b,
+        c=c,
+        inside=bool(log_N.min() <= x_opt <= log_N.max()),
+    )
 
 
-def _check_flops(where: str, x: object, y: object, k: object, names: tuple[str, str, str] = ("N", "D", "k")
-                 ) -> tuple[np.ndarray, np.ndarray, float]:
+def _check_flops(
+    where: str, x: object, y: object, k: object, names: tuple[str, str, str] = ("N", "D", "k")
+) -> tuple[np.ndarray, np.ndarray, float]:
     x, y = _check_sizes(where, **{names[0]: x, names[1]: y})
     return x, y, checks.finite_real(where, names[2], k, above=0)
 
@@ -542,8 +592,9 @@ def fit_power_law(x: ArrayLike, y: ArrayLike) -> PowerLaw:
     return PowerLaw(c=float(np.exp(log_c)), p=float(p))
 
 
-def _check_pairs(where: str, x: object, y: object, names: tuple[str, str] = ("x", "y"), *, distinct: int = 2,
-                 curve: str = "a line") -> tuple[np.ndarray, np.ndarray]:
+def _check_pairs(
+    where: str, x: object, y: object, names: tuple[str, str] = ("x", "y"), *, distinct: int = 2, curve: str = "a line"
+) -> tuple[np.ndarray, np.ndarray]:
     (nx, ny) = names
     x, y = _positive(where, nx, x), _positive(where, ny, y)
     if x.ndim != 1 or y.shape != x.shape:

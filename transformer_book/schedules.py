@@ -23,9 +23,7 @@ SCHEDULES = ("inverse_sqrt", "cosine", "constant")
 """The names of the schedules that :func:`make_schedule` builds."""
 
 
-def warmup_inverse_sqrt(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, d_model: int | None = None
-) -> LambdaLR:
+def warmup_inverse_sqrt(optimizer: torch.optim.Optimizer, warmup_steps: int, d_model: int | None = None) -> LambdaLR:
     r"""Linear warm-up, then inverse-square-root decay (the 2017 Transformer schedule).
 
     The paper sets :math:`\text{lrate} = d_{model}^{-0.5}\cdot\min(s^{-0.5},\ s\cdot w^{-1.5})`
@@ -92,8 +90,9 @@ def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int) -> Lamb
     return LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
 
 
-def make_schedule(name: str, optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int,
-                  min_ratio: float = 0.0) -> LambdaLR:
+def make_schedule(
+    name: str, optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int, min_ratio: float = 0.0
+) -> LambdaLR:
     """The schedule ``name`` (one of ``SCHEDULES``) on ``optimizer``; ``total_steps`` and
     ``min_ratio`` matter to ``"cosine"`` only."""
     checks.choice("make_schedule", "name", name, SCHEDULES)

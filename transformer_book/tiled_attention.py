@@ -74,9 +74,19 @@ from torch.autograd.function import once_differentiable
 
 from transformer_book import checks
 
-__all__ = ["online_normaliser", "online_logsumexp", "online_softmax", "tiled_attention",
-           "tiled_attention_forward", "tiled_attention_backward", "TiledAttentionFunction",
-           "materialised_attention", "peak_memory_bytes", "MemoryRow", "memory_by_length"]
+__all__ = [
+    "online_normaliser",
+    "online_logsumexp",
+    "online_softmax",
+    "tiled_attention",
+    "tiled_attention_forward",
+    "tiled_attention_backward",
+    "TiledAttentionFunction",
+    "materialised_attention",
+    "peak_memory_bytes",
+    "MemoryRow",
+    "memory_by_length",
+]
 
 
 # --------------------------------------------------------------------------- the online softmax
@@ -125,7 +135,7 @@ def online_normaliser(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.
     row_max = x.new_full(x.shape[:-1], float("-inf"))  # m: the largest entry so far
     row_sum = x.new_zeros(x.shape[:-1])  # l: sum of exp(x_j - m) so far
     for start in range(0, x.shape[-1], block):
-        x_block = x[..., start:start + block]
+        x_block = x[..., start : start + block]
         new_max = torch.maximum(row_max, x_block.amax(dim=-1))
         shift = _shift(new_max)
         row_sum = row_sum * torch.exp(row_max - shift) + torch.exp(x_block - shift[..., None]).sum(dim=-1)
@@ -169,8 +179,17 @@ def online_softmax(x: torch.Tensor, block: int) -> torch.Tensor:
 # --------------------------------------------------------------------------- argument checks
 
 
-def _check_tiled(where: str, q: object, k: object, v: object, mask: object = None, causal: object = False,
-                 block_q: object = 1, block_k: object = 1, scale: object = None) -> None:
+def _check_tiled(
+    where: str,
+    q: object,
+    k: object,
+    v: object,
+    mask: object = None,
+    causal: object = False,
+    block_q: object = 1,
+    block_k: object = 1,
+    scale: object = None,
+) -> None:
     """``q`` (B, h, n, d_k), ``k`` (B, h, m, d_k), ``v`` (B, h, m, d_v) floating, of one dtype and
     device, with m, d_k >= 1; a boolean mask broadcastable to (B, h, n, m); a bool ``causal``;
     positive int blocks; a finite real (or None) ``scale``."""
@@ -197,15 +216,19 @@ def _check_tiled(where: str, q: object, k: object, v: object, mask: object = Non
         scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             what = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise ValueError(f"{where}: mask must be a boolean tensor (True = key excluded), got {what}; "
-                             "for a 0/1 'keep' mask pass `keep == 0`")
+            raise ValueError(
+                f"{where}: mask must be a boolean tensor (True = key excluded), got {what}; "
+                "for a 0/1 'keep' mask pass `keep == 0`"
+            )
         try:
             fits = torch.broadcast_shapes(mask.shape, scores) == scores
         except RuntimeError:
             fits = False
         if not fits:
-            raise ValueError(f"{where}: mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
-                             f"shape {scores} (B, h, n, m)")
+            raise ValueError(
+                f"{where}: mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
+                f"shape {scores} (B, h, n, m)"
+            )
         if mask.device != q.device:
             raise ValueError(f"{where}: mask is on {mask.device}, q on {q.device}")
     checks.boolean(where, causal=causal)
@@ -214,14 +237,22 @@ def _check_tiled(where: str, q: object, k: object, v: object, mask: object = Non
         checks.finite_real(where, "scale", scale)
 
 
-def _check_backward(where: str, dout: object, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: object,
-                    lse: object, *options: object) -> None:
+def _check_backward(
+    where: str,
+    dout: object,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: object,
+    lse: object,
+    *options: object,
+) -> None:
     """The forward's arguments (:func:`_check_tiled`: mask, causal, block_q, block_k, scale), and
     ``dout``, ``out`` (B, h, n, d_v) and ``lse`` (B, h, n)."""
     _check_tiled(where, q, k, v, *options)
     expected = {"dout": (*q.shape[:3], v.shape[-1]), "out": (*q.shape[:3], v.shape[-1]), "lse": tuple(q.shape[:3])}
     for name, t in zip(expected, (dout, out, lse)):
-        dtype = _accumulator_dtype(q) if name == "lse" else q.dtype        # the forward's lse is float32 or wider
+        dtype = _accumulator_dtype(q) if name == "lse" else q.dtype  # the forward's lse is float32 or wider
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != expected[name] or t.dtype != dtype:
             what = f"shape {tuple(t.shape)}, dtype {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{where}: {name} must have shape {expected[name]} and dtype {dtype}, got {what}")
@@ -235,13 +266,16 @@ def _accumulator_dtype(q: torch.Tensor) -> torch.dtype:
     return torch.promote_types(q.dtype, torch.float32)
 
 
-def _scores(q: torch.Tensor, k: torch.Tensor, rows: slice, cols: slice, scale: float, wide: torch.dtype) -> torch.Tensor:
+def _scores(
+    q: torch.Tensor, k: torch.Tensor, rows: slice, cols: slice, scale: float, wide: torch.dtype
+) -> torch.Tensor:
     r"""One tile of scores :math:`Q_I K_J^\top \cdot \text{scale}`, ``(B, h, rows, cols)``, computed in ``wide``."""
     return q[:, :, rows].to(wide) @ k[:, :, cols].to(wide).transpose(-2, -1) * scale
 
 
-def _exclude(s: torch.Tensor, mask: torch.Tensor | None, causal: bool, rows: slice, cols: slice,
-             offset: int) -> torch.Tensor:
+def _exclude(
+    s: torch.Tensor, mask: torch.Tensor | None, causal: bool, rows: slice, cols: slice, offset: int
+) -> torch.Tensor:
     """The score tile ``s`` (B, h, rows, cols) with its excluded keys at :math:`-\\infty`: those of
     ``mask`` (B, h, n, m), and, when ``causal``, every key ``j > i + offset`` of query ``i``."""
     excluded = None if mask is None else mask[:, :, rows, cols]
@@ -384,7 +418,12 @@ def tiled_attention_backward(
             s = _scores(q, k, rows, cols, scale, wide)  # the forward's tile, recomputed
             s = _exclude(s, mask, causal, rows, cols, m - n)
             p = torch.exp(s - lse[:, :, rows, None])  # (B, h, block_q, block_k)
-            do, q_i, k_j, v_j = dout[:, :, rows].to(wide), q[:, :, rows].to(wide), k[:, :, cols].to(wide), v[:, :, cols].to(wide)
+            do, q_i, k_j, v_j = (
+                dout[:, :, rows].to(wide),
+                q[:, :, rows].to(wide),
+                k[:, :, cols].to(wide),
+                v[:, :, cols].to(wide),
+            )
             dv[:, :, cols] += p.transpose(-2, -1) @ do
             ds = p * (do @ v_j.transpose(-2, -1) - D[:, :, rows, None])  # dS = P (dP - D), dP = dO V^T
             dq[:, :, rows] += ds @ k_j * scale
@@ -403,8 +442,17 @@ class TiledAttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                causal: bool, block_q: int, block_k: int, scale: float | None) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        causal: bool,
+        block_q: int,
+        block_k: int,
+        scale: float | None,
+    ) -> torch.Tensor:
         options = dict(causal=causal, block_q=block_q, block_k=block_k, scale=scale)
         out, lse = tiled_attention_forward(q, k, v, mask=mask, **options)
         ctx.save_for_backward(q, k, v, out, lse, mask)
@@ -462,8 +510,9 @@ def tiled_attention(
     return out.to(q.dtype)
 
 
-def materialised_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                           scale: float | None = None) -> torch.Tensor:
+def materialised_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None
+) -> torch.Tensor:
     r"""Attention as chapter 1 writes it, :math:`\operatorname{softmax}(QK^\top \cdot
     \text{scale})\,V`, holding the ``(B, h, n, m)`` scores and probabilities in memory: the
     baseline that :func:`memory_by_length` compares tiled attention with.
@@ -500,8 +549,11 @@ def _cpu_peak(fn: Callable[..., object], args: tuple[object, ...]) -> int:
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # read when the profiler starts: keep its log lines quiet
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn(*args)
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+    events = [
+        e
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+    ]
     events.sort(key=lambda e: e.start_ns())  # a stable sort: events of one instant keep their order
     running = peak = 0
     for event in events:
@@ -624,8 +676,12 @@ def memory_by_length(
     generator, device = torch.Generator().manual_seed(seed), torch.device(device)
     rows = []
     for n in lengths:
-        q, k, v, dout = (torch.randn(batch, n_heads, n, d_k, generator=generator, dtype=dtype).to(device)
-                         .requires_grad_(backward and i < 3) for i in range(4))
+        q, k, v, dout = (
+            torch.randn(batch, n_heads, n, d_k, generator=generator, dtype=dtype)
+            .to(device)
+            .requires_grad_(backward and i < 3)
+            for i in range(4)
+        )
         paths = _memory_paths(q, k, v, dout, block=block, backward=backward)
         peaks = {name: peak_memory_bytes(f, device=device) for name, f in paths.items()}
         seconds = {name: _timed(f, device) for name, f in paths.items()}
@@ -633,9 +689,11 @@ def memory_by_length(
     return rows
 
 
-def _memory_paths(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, *, block: int,
-                  backward: bool) -> dict[str, Callable[[], object]]:
+def _memory_paths(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, *, block: int, backward: bool
+) -> dict[str, Callable[[], object]]:
     """The two ways of computing attention that :func:`memory_by_length` measures, as calls without arguments."""
+
     def materialised() -> torch.Tensor:
         return materialised_attention(q, k, v)
 

@@ -44,8 +44,18 @@ from transformer_book.flops import mfu, peak_flops
 from transformer_book.runtime import seed_everything
 from transformer_book.schedules import SCHEDULES, make_schedule
 
-__all__ = ["TrainConfig", "History", "fit", "CHECKPOINT_VERSION", "init_distributed", "shard_batch", "to_device",
-           "seconds_per_step", "steps_in_budget", "summary_line"]
+__all__ = [
+    "TrainConfig",
+    "History",
+    "fit",
+    "CHECKPOINT_VERSION",
+    "init_distributed",
+    "shard_batch",
+    "to_device",
+    "seconds_per_step",
+    "steps_in_budget",
+    "summary_line",
+]
 
 CHECKPOINT_VERSION = 1
 """Format version written into every checkpoint; :func:`fit` refuses other versions."""
@@ -110,8 +120,13 @@ class TrainConfig:
     attention_kernel: str | None = None
 
     def __post_init__(self) -> None:
-        checks.positive_int("TrainConfig", steps=self.steps, eval_every=self.eval_every, log_every=self.log_every,
-                            checkpoint_every=self.checkpoint_every)
+        checks.positive_int(
+            "TrainConfig",
+            steps=self.steps,
+            eval_every=self.eval_every,
+            log_every=self.log_every,
+            checkpoint_every=self.checkpoint_every,
+        )
         checks.non_negative_int("TrainConfig", warmup_steps=self.warmup_steps, seed=self.seed)
         checks.finite_real("TrainConfig", "lr", self.lr, above=0)
         checks.finite_real("TrainConfig", "weight_decay", self.weight_decay, at_least=0)
@@ -124,7 +139,9 @@ class TrainConfig:
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
             raise ValueError("TrainConfig: schedule 'inverse_sqrt' needs warmup_steps >= 1")
         if self.schedule == "cosine" and self.warmup_steps >= self.steps:
-            raise ValueError(f"TrainConfig: warmup_steps={self.warmup_steps} must be below steps={self.steps} for 'cosine'")
+            raise ValueError(
+                f"TrainConfig: warmup_steps={self.warmup_steps} must be below steps={self.steps} for 'cosine'"
+            )
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise ValueError(f"TrainConfig: time_budget_s must be positive or None, got {self.time_budget_s}")
         if self.clip_norm is not None and not self.clip_norm > 0:
@@ -133,8 +150,10 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: compile must be None, True or False, got {self.compile!r}")
         checks.choice("TrainConfig", "compile_mode", self.compile_mode, COMPILE_MODES)
         if self.attention_kernel is not None and self.attention_kernel not in ATTENTION_KERNELS:
-            raise ValueError(f"TrainConfig: attention_kernel must be None or one of {ATTENTION_KERNELS}, "
-                             f"got {self.attention_kernel!r}")
+            raise ValueError(
+                f"TrainConfig: attention_kernel must be None or one of {ATTENTION_KERNELS}, "
+                f"got {self.attention_kernel!r}"
+            )
         if self.flops_per_token is not None and not self.flops_per_token > 0:
             raise ValueError(f"TrainConfig: flops_per_token must be positive or None, got {self.flops_per_token}")
 
@@ -282,8 +301,10 @@ def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
     """
     if isinstance(batch, torch.Tensor):
         if batch.dim() == 0 or batch.shape[0] < world_size:
-            raise ValueError(f"shard_batch: a tensor of shape {tuple(batch.shape)} cannot be split over "
-                             f"{world_size} ranks; the global batch needs at least one row per rank")
+            raise ValueError(
+                f"shard_batch: a tensor of shape {tuple(batch.shape)} cannot be split over "
+                f"{world_size} ranks; the global batch needs at least one row per rank"
+            )
         return torch.tensor_split(batch, world_size)[rank]
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
         return type(batch)(*(shard_batch(b, rank, world_size) for b in batch))
@@ -331,8 +352,10 @@ def _make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device)
     """AdamW with weight decay on matrices only (not on biases, LayerNorm gains or other
     vectors), fused into one kernel on CUDA."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     fused = device.type == "cuda" and all(p.is_floating_point() for p in params)
     return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, **({"fused": True} if fused else {}))
 
@@ -361,26 +384,41 @@ def _evaluate(model: nn.Module, loss_fn: Callable, batches: Iterable, device: to
 # rate with the new schedule). ``steps`` counts too where the schedule reads it (cosine).
 # The others (how often to log, validate and save, the time budget, compilation, kernels)
 # change how a run is carried out or reported, not the arithmetic of its steps.
-_RESUME_SETTINGS = ("lr", "weight_decay", "betas", "warmup_steps", "schedule", "smoothing", "clip_norm", "seed",
-                    "min_lr_ratio")
+_RESUME_SETTINGS = (
+    "lr",
+    "weight_decay",
+    "betas",
+    "warmup_steps",
+    "schedule",
+    "smoothing",
+    "clip_norm",
+    "seed",
+    "min_lr_ratio",
+)
 
 
 def _check_resumable(saved: dict[str, Any] | None, config: TrainConfig, path: str) -> None:
     """Refuse to resume from a checkpoint whose run was configured differently."""
     if not isinstance(saved, dict):
-        raise ValueError(f"fit: checkpoint {path} records no TrainConfig, so resuming cannot be checked; "
-                         "start a new run (resume=False) or use another checkpoint_path")
+        raise ValueError(
+            f"fit: checkpoint {path} records no TrainConfig, so resuming cannot be checked; "
+            "start a new run (resume=False) or use another checkpoint_path"
+        )
     names = _RESUME_SETTINGS + (("steps",) if config.schedule == "cosine" else ())
     current = asdict(config)
 
     def same(a: Any, b: Any) -> bool:
         return list(a) == list(b) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else a == b
 
-    changed = [f"{name} {saved.get(name)!r} -> {current[name]!r}" for name in names if not same(saved.get(name), current[name])]
+    changed = [
+        f"{name} {saved.get(name)!r} -> {current[name]!r}" for name in names if not same(saved.get(name), current[name])
+    ]
     if changed:
-        raise ValueError(f"fit: cannot resume from {path}: it was written by a run with other settings "
-                         f"({'; '.join(changed)}); resume with the same settings, or start a new run with "
-                         "another checkpoint_path")
+        raise ValueError(
+            f"fit: cannot resume from {path}: it was written by a run with other settings "
+            f"({'; '.join(changed)}); resume with the same settings, or start a new run with "
+            "another checkpoint_path"
+        )
 
 
 def fit(
@@ -437,17 +475,39 @@ def fit(
     if resume and config.checkpoint_path is None:
         raise ValueError("fit: resume=True needs config.checkpoint_path")
     # one lock per run: in a DDP run rank 0 holds it (it alone writes the checkpoints)
-    lock = (writer_lock(config.checkpoint_path, busy=f"fit: another run is training with checkpoint_path "
-                        f"{config.checkpoint_path}, or a save_model is writing it; give each run its own checkpoint_path")
-            if config.checkpoint_path is not None and _world()[0] == 0 else nullcontext())
+    lock = (
+        writer_lock(
+            config.checkpoint_path,
+            busy=f"fit: another run is training with checkpoint_path "
+            f"{config.checkpoint_path}, or a save_model is writing it; give each run its own checkpoint_path",
+        )
+        if config.checkpoint_path is not None and _world()[0] == 0
+        else nullcontext()
+    )
     with lock:
-        return _fit(model, train_batches, loss_fn, config, val_batches=val_batches, device=device,
-                    progress=progress, resume=resume)
+        return _fit(
+            model,
+            train_batches,
+            loss_fn,
+            config,
+            val_batches=val_batches,
+            device=device,
+            progress=progress,
+            resume=resume,
+        )
 
 
-def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callable, config: TrainConfig, *,
-         val_batches: Callable[[], Iterable[Any]] | None, device: torch.device | str | None, progress: bool,
-         resume: bool) -> History:
+def _fit(
+    model: nn.Module,
+    train_batches: Callable[[int], Any],
+    loss_fn: Callable,
+    config: TrainConfig,
+    *,
+    val_batches: Callable[[], Iterable[Any]] | None,
+    device: torch.device | str | None,
+    progress: bool,
+    resume: bool,
+) -> History:
     """:func:`fit`'s loop, run while the checkpoint lock is held."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
@@ -458,18 +518,29 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if use_amp else nullcontext
     scaler = torch.amp.GradScaler("cuda") if use_amp and amp_dtype == torch.float16 else None
     optimizer = _make_optimizer(model, config, device)
-    scheduler = make_schedule(config.schedule, optimizer, warmup_steps=config.warmup_steps,
-                              total_steps=config.steps, min_ratio=config.min_lr_ratio)
+    scheduler = make_schedule(
+        config.schedule,
+        optimizer,
+        warmup_steps=config.warmup_steps,
+        total_steps=config.steps,
+        min_ratio=config.min_lr_ratio,
+    )
     history, start = History(), 0
 
     if resume and os.path.exists(config.checkpoint_path):
         path = config.checkpoint_path
         state = read_checkpoint(path, where="fit")
         if state.get("format_version") != CHECKPOINT_VERSION:
-            raise ValueError(f"fit: checkpoint {path} has format_version {state.get('format_version')!r}, "
-                             f"expected {CHECKPOINT_VERSION}")
-        require_keys(state, {"step": int, "model": dict, "optimizer": dict, "scheduler": dict, "history": dict,
-                         "rng": dict}, path, "fit")
+            raise ValueError(
+                f"fit: checkpoint {path} has format_version {state.get('format_version')!r}, "
+                f"expected {CHECKPOINT_VERSION}"
+            )
+        require_keys(
+            state,
+            {"step": int, "model": dict, "optimizer": dict, "scheduler": dict, "history": dict, "rng": dict},
+            path,
+            "fit",
+        )
         check_model_matches(model, state["model"], path, "fit")
         _check_resumable(state.get("config"), config, path)
         try:  # everything but the model first: a failure here leaves the model as it was
@@ -484,12 +555,20 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
         model.load_state_dict(state["model"])
 
     def save(step: int) -> None:
-        write_checkpoint({
-            "format_version": CHECKPOINT_VERSION, "step": step, "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "history": history.to_dict(), "rng": _rng_state(), "config": asdict(config),
-        }, config.checkpoint_path)
+        write_checkpoint(
+            {
+                "format_version": CHECKPOINT_VERSION,
+                "step": step,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "history": history.to_dict(),
+                "rng": _rng_state(),
+                "config": asdict(config),
+            },
+            config.checkpoint_path,
+        )
 
     rank, world_size = _world()
     if world_size > 1:
@@ -509,8 +588,11 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     # Compiling by default (compile=None) must not stop a chapter on a GPU it was not tried on: a
     # part of the step that PyTorch cannot compile then runs uncompiled, with PyTorch's warning.
     # compile=True asks for compilation, and its failures are raised.
-    tolerant = ((lambda: torch._dynamo.config.patch(suppress_errors=True)) if compiled and config.compile is None
-                else nullcontext)
+    tolerant = (
+        (lambda: torch._dynamo.config.patch(suppress_errors=True))
+        if compiled and config.compile is None
+        else nullcontext
+    )
     peak = peak_flops(device) if config.flops_per_token is not None else None
 
     def fetch(step: int) -> Any:
@@ -521,8 +603,14 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     model.train()
     # The bar is live while training runs and is cleared when it ends (leave=False): what stays in a
     # notebook's output is the one summary line written below, never a bar stopped part-way.
-    bar = tqdm(total=config.steps, initial=start, disable=not progress or rank != 0, desc="train",
-               dynamic_ncols=True, leave=False)
+    bar = tqdm(
+        total=config.steps,
+        initial=start,
+        disable=not progress or rank != 0,
+        desc="train",
+        dynamic_ncols=True,
+        leave=False,
+    )
     began = time.perf_counter()
     window_tokens, window_seconds, postfix = 0, 0.0, {}
     train_seconds = history.train_time_s[-1][1] if history.train_time_s else 0.0
@@ -541,7 +629,7 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
                 upcoming = fetch(done)  # made and sent while the GPU computes this step's forward pass
             if world_size > 1:
                 counts = torch.tensor([float(n_tokens), loss.detach().float().item() * float(n_tokens)], device=device)
-                dist.all_reduce(counts)                      # global tokens, and the global sum of the loss
+                dist.all_reduce(counts)  # global tokens, and the global sum of the loss
                 value = (counts[1] / counts[0]).item()
                 loss = loss * (float(n_tokens) * world_size / counts[0].item())
                 n_tokens = int(counts[0].item())
@@ -590,7 +678,7 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
                 postfix["val"] = f"{history.val_loss[-1][1]:.4f}"
                 bar.set_postfix(postfix, refresh=False)
             if config.checkpoint_path is not None and (done % config.checkpoint_every == 0 or last):
-                if rank == 0:                                  # one writer; the others wait for the file
+                if rank == 0:  # one writer; the others wait for the file
                     save(done)
                 if world_size > 1:
                     dist.barrier()
@@ -599,8 +687,7 @@ def _fit(model: nn.Module, train_batches: Callable[[int], Any], loss_fn: Callabl
     finally:
         bar.close()
     if progress and rank == 0:
-        tqdm.write(summary_line(history, config, start=start, wall_s=time.perf_counter() - began),
-                   file=sys.stderr)
+        tqdm.write(summary_line(history, config, start=start, wall_s=time.perf_counter() - began), file=sys.stderr)
     return history
 
 
@@ -617,9 +704,11 @@ def summary_line(history: History, config: TrainConfig, *, start: int = 0, wall_
     budget = config.time_budget_s
     stopped = done < config.steps
     if ran == 0:
-        return (f"train: nothing left to run: the checkpoint's {done:,} steps "
-                + (f"already spent the {_seconds(budget)} time budget" if stopped and budget is not None
-                   else "already complete the schedule"))
+        return f"train: nothing left to run: the checkpoint's {done:,} steps " + (
+            f"already spent the {_seconds(budget)} time budget"
+            if stopped and budget is not None
+            else "already complete the schedule"
+        )
     if stopped and budget is not None:
         head = f"train: {done:,} of {config.steps:,} steps, stopped by the {_seconds(budget)} time budget"
     else:
@@ -629,7 +718,7 @@ def summary_line(history: History, config: TrainConfig, *, start: int = 0, wall_
     parts = [head]
     if wall_s is not None:
         parts.append(f"{_clock(wall_s)} ({ran / wall_s:,.2f} steps/s)" if wall_s > 0 else _clock(wall_s))
-    window = [loss for _, loss in history.train_loss[-min(config.log_every, ran):]]
+    window = [loss for _, loss in history.train_loss[-min(config.log_every, ran) :]]
     parts.append(f"training loss {sum(window) / len(window):.4f} (mean of the last {len(window):,} steps)")
     if history.tokens_per_s and math.isfinite(history.tokens_per_s[-1][1]):
         parts.append(f"{history.tokens_per_s[-1][1]:,.0f} tokens/s")

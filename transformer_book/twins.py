@@ -56,9 +56,12 @@ def _copy_ffn(source: PositionwiseFeedForward, target: nn.Module) -> None:
 def torch_multihead_attention(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """``nn.MultiheadAttention(batch_first=True)`` with ``mha``'s weights: ``in_proj_weight``
     stacks :math:`[W^Q; W^K; W^V]`, ``out_proj`` is :math:`W^O`."""
-    twin = _like(mha, nn.MultiheadAttention(
-        mha.d_model, mha.n_heads, dropout=mha.dropout, batch_first=True, kdim=mha.kdim, vdim=mha.vdim
-    ))
+    twin = _like(
+        mha,
+        nn.MultiheadAttention(
+            mha.d_model, mha.n_heads, dropout=mha.dropout, batch_first=True, kdim=mha.kdim, vdim=mha.vdim
+        ),
+    )
     _copy_attention(mha, twin)
     return twin.train(mha.training)
 
@@ -115,11 +118,14 @@ def torch_transformer(encoder: Encoder, decoder: Decoder) -> nn.Transformer:
     # Explicit stacks: nn.Transformer's own would take the nested-tensor path (and warn) for
     # some settings; the twin must compute the plain equations.
     encoder_twin = nn.TransformerEncoder(
-        torch_encoder_layer(encoder.layers[0]), len(encoder.layers),
-        norm=nn.LayerNorm(encoder.norm.d_model, eps=encoder.norm.eps), enable_nested_tensor=False,
+        torch_encoder_layer(encoder.layers[0]),
+        len(encoder.layers),
+        norm=nn.LayerNorm(encoder.norm.d_model, eps=encoder.norm.eps),
+        enable_nested_tensor=False,
     )
     decoder_twin = nn.TransformerDecoder(
-        torch_decoder_layer(decoder.layers[0]), len(decoder.layers),
+        torch_decoder_layer(decoder.layers[0]),
+        len(decoder.layers),
         norm=nn.LayerNorm(decoder.norm.d_model, eps=decoder.norm.eps),
     )
     options = _layer_options(encoder.layers[0])

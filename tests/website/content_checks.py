@@ -23,8 +23,10 @@ TABLE_ROW = re.compile(r"^\s*\|.*\|.*\|\s*$", re.MULTILINE)
 # Inline or display math left as text: $...$ (as site_checks defines it) or $$.
 RAW_DOLLARS = re.compile(r"\$\$|" + sc.RAW_TEX_PATTERNS[-1])
 # Placeholders that stand for the book's repository instead of naming it.
-PLACEHOLDER = re.compile(r"\b(?:OWNER|ORG|ORGANI[SZ]ATION|USER(?:NAME)?|YOUR[-_]?(?:USER(?:NAME)?|ORG|NAME))"
-                         r"/(?:REPO(?:SITORY)?|PROJECT)\b|[<{](?:owner|user|org)[>}]/[<{]repo(?:sitory)?[>}]")
+PLACEHOLDER = re.compile(
+    r"\b(?:OWNER|ORG|ORGANI[SZ]ATION|USER(?:NAME)?|YOUR[-_]?(?:USER(?:NAME)?|ORG|NAME))"
+    r"/(?:REPO(?:SITORY)?|PROJECT)\b|[<{](?:owner|user|org)[>}]/[<{]repo(?:sitory)?[>}]"
+)
 # Alt text that is a file name or path rather than a description.
 FILE_LIKE = re.compile(r"(^|/)[\w.-]+\.(png|jpe?g|gif|svg|webp)$|^\.{0,2}/|/_images/", re.I)
 MIN_ALT_WORDS = 5
@@ -40,20 +42,20 @@ CODE = "pre, code, .highlight, .math, mjx-container, script, style, noscript"
 @dataclass
 class ContentSnapshot:
     url: str
-    prose: str = ""                                         # visible text outside code and outputs
-    outputs: list[str] = field(default_factory=list)        # each cell output's text outside code
-    page_text: str = ""                                     # all visible text, code included
-    images: list[dict] = field(default_factory=list)        # {src, alt, figure, caption} of output images
+    prose: str = ""  # visible text outside code and outputs
+    outputs: list[str] = field(default_factory=list)  # each cell output's text outside code
+    page_text: str = ""  # all visible text, code included
+    images: list[dict] = field(default_factory=list)  # {src, alt, figure, caption} of output images
     copy_buttons: list[dict] = field(default_factory=list)  # {name, code}
-    code_blocks: int = 0                                    # blocks that should have a copy button
+    code_blocks: int = 0  # blocks that should have a copy button
     record_cells: list[dict] = field(default_factory=list)  # {code, collapsed, toggle}
-    split_streams: list[dict] = field(default_factory=list) # {stream, first}
+    split_streams: list[dict] = field(default_factory=list)  # {stream, first}
     download_items: list[dict] = field(default_factory=list)  # {tag, text, href, onclick}
     print_buttons: list[str] = field(default_factory=list)  # elements that call print()
     article_links: list[str] = field(default_factory=list)  # hrefs inside the article
-    listings: list[dict] = field(default_factory=list)      # {lines, clipped, toggle, title}
-    output_tables: int = 0                                  # <table>s in cell outputs
-    output_math: int = 0                                    # formulas (math elements) in cell outputs
+    listings: list[dict] = field(default_factory=list)  # {lines, clipped, toggle, title}
+    output_tables: int = 0  # <table>s in cell outputs
+    output_math: int = 0  # formulas (math elements) in cell outputs
 
 
 _CONTENT_JS = """
@@ -163,7 +165,8 @@ def visit_content(context, url: str, timeout_ms: int = 20_000) -> ContentSnapsho
         # sphinx-copybutton adds its buttons once clipboard.js has loaded.
         page.wait_for_function(
             "() => document.querySelectorAll('button.copybtn').length >= document.querySelectorAll('div.highlight pre').length",
-            timeout=5_000)
+            timeout=5_000,
+        )
         page.evaluate("() => new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)))")
         data = page.evaluate(_CONTENT_JS, [CODE, LONG_LISTING_LINES])
     finally:
@@ -175,10 +178,11 @@ def visit_content(context, url: str, timeout_ms: int = 20_000) -> ContentSnapsho
 
 
 def _excerpt(text: str, start: int, end: int, width: int = 40) -> str:
-    return text[max(0, start - width):min(len(text), end + width)].replace("\n", " ")
+    return text[max(0, start - width) : min(len(text), end + width)].replace("\n", " ")
 
 
 # ---- judging a snapshot --------------------------------------------------------------------
+
 
 def markdown_problems(snap: ContentSnapshot) -> list[str]:
     """Markdown tables and $...$ math left as text, in prose and in rendered (non-<pre>) outputs."""
@@ -188,7 +192,9 @@ def markdown_problems(snap: ContentSnapshot) -> list[str]:
             for m in TABLE_ROW.finditer(text):
                 problems.append(f"Markdown table row left as text in {where}: {m.group(0).strip()[:120]!r}")
             for m in RAW_DOLLARS.finditer(text):
-                problems.append(f"math left as text ({m.group(0)[:40]!r}) in {where}: ...{_excerpt(text, m.start(), m.end())}...")
+                problems.append(
+                    f"math left as text ({m.group(0)[:40]!r}) in {where}: ...{_excerpt(text, m.start(), m.end())}..."
+                )
     return list(dict.fromkeys(problems))
 
 
@@ -220,8 +226,11 @@ def caption_problems(snap: ContentSnapshot) -> list[str]:
 
 
 def copy_button_problems(snap: ContentSnapshot) -> list[str]:
-    problems = [f"copy button of the code block starting {b['code']!r} has no accessible name "
-                "(no aria-label, text or title)" for b in snap.copy_buttons if not b["name"]]
+    problems = [
+        f"copy button of the code block starting {b['code']!r} has no accessible name (no aria-label, text or title)"
+        for b in snap.copy_buttons
+        if not b["name"]
+    ]
     if len(snap.copy_buttons) < snap.code_blocks:
         problems.append(f"{snap.code_blocks - len(snap.copy_buttons)} code blocks have no copy button")
     return problems
@@ -232,16 +241,21 @@ def bookkeeping_problems(snap: ContentSnapshot) -> list[str]:
     problems = []
     for cell in snap.record_cells:
         if not cell["collapsed"]:
-            problems.append(f"the cell that records results ({cell['code']!r}) shows its code in full; "
-                            "tag it hide-input")
+            problems.append(
+                f"the cell that records results ({cell['code']!r}) shows its code in full; tag it hide-input"
+            )
         elif not cell["toggle"]:
-            problems.append(f"the cell that records results ({cell['code']!r}) hides its code with no toggle to open it")
+            problems.append(
+                f"the cell that records results ({cell['code']!r}) hides its code with no toggle to open it"
+            )
     return problems
 
 
 def stream_problems(snap: ContentSnapshot) -> list[str]:
-    return [f"one cell's {s['stream']} is split into separate boxes (the first starts {s['first']!r}); "
-            "set nb_merge_streams" for s in snap.split_streams]
+    return [
+        f"one cell's {s['stream']} is split into separate boxes (the first starts {s['first']!r}); set nb_merge_streams"
+        for s in snap.split_streams
+    ]
 
 
 def download_menu_problems(snap: ContentSnapshot) -> list[str]:
@@ -250,15 +264,18 @@ def download_menu_problems(snap: ContentSnapshot) -> list[str]:
     for item in snap.download_items:
         href = item["href"]
         if item["tag"] != "a" or not href or href.startswith(("#", "javascript:")) or "print(" in item["onclick"]:
-            problems.append(f"download entry {item['text']!r} downloads nothing "
-                            f"({item['onclick'] or href or item['tag']})")
+            problems.append(
+                f"download entry {item['text']!r} downloads nothing ({item['onclick'] or href or item['tag']})"
+            )
     problems += [f"a button only prints the page: {b!r}" for b in snap.print_buttons]
     return list(dict.fromkeys(problems))
 
 
 def placeholder_problems(snap: ContentSnapshot) -> list[str]:
-    return [f"placeholder {m.group(0)!r} instead of the repository: ...{_excerpt(snap.page_text, m.start(), m.end())}..."
-            for m in PLACEHOLDER.finditer(snap.page_text)]
+    return [
+        f"placeholder {m.group(0)!r} instead of the repository: ...{_excerpt(snap.page_text, m.start(), m.end())}..."
+        for m in PLACEHOLDER.finditer(snap.page_text)
+    ]
 
 
 def repository_link_problems(snap: ContentSnapshot, config: dict) -> list[str]:
@@ -272,12 +289,17 @@ def listing_problems(snap: ContentSnapshot) -> list[str]:
     problems = []
     for listing in snap.listings:
         if not (listing["clipped"] and listing["toggle"]):
-            problems.append(f"the {listing['lines']}-line listing {listing['title']!r} is shown in full; "
-                            f"listings over {LONG_LISTING_LINES} lines start collapsed with a button")
+            problems.append(
+                f"the {listing['lines']}-line listing {listing['title']!r} is shown in full; "
+                f"listings over {LONG_LISTING_LINES} lines start collapsed with a button"
+            )
     return problems
 
 
 def page_size_problems(site: Path, limit: int = MAX_PAGE_BYTES) -> list[str]:
     """No HTML page of the site is larger than `limit` bytes."""
-    return [f"{p.relative_to(site).as_posix()} is {p.stat().st_size / 1e6:.2f} MB of HTML (limit {limit / 1e6:.1f} MB)"
-            for p in sorted(Path(site).rglob("*.html")) if p.stat().st_size > limit]
+    return [
+        f"{p.relative_to(site).as_posix()} is {p.stat().st_size / 1e6:.2f} MB of HTML (limit {limit / 1e6:.1f} MB)"
+        for p in sorted(Path(site).rglob("*.html"))
+        if p.stat().st_size > limit
+    ]

@@ -36,7 +36,7 @@ import site_checks as sc
 LAPTOP = {"width": 1366, "height": 768}
 PHONE = {"width": 390, "height": 844}
 MIN_FONT_PT = 9.0
-PIXELS_PER_INCH = 100          # matplotlib's figure.dpi: the size a figure asks to be shown at
+PIXELS_PER_INCH = 100  # matplotlib's figure.dpi: the size a figure asks to be shown at
 # The old pages' figures (10-16 inches wide) put their text at 3-4.5 px on the theme's 342-px phone
 # column; the book's 7-inch figures (7.3-7.5 inches once cropped to what is drawn) at 5.7-6 px.
 MIN_TEXT_PX = 5.5
@@ -54,11 +54,11 @@ DATA_PATH = re.compile(r"^\s*data(?: directory)?\s*:\s*(?:/|~|[A-Za-z]:\\)\S*", 
 @dataclass
 class FigureSnapshot:
     url: str
-    images: list[dict] = field(default_factory=list)   # {src, natural, natural_height, asked, laptop,
-                                                       #  phone, phone_height}: sizes in pixels
-    outputs: list[str] = field(default_factory=list)   # each cell output's text
+    images: list[dict] = field(default_factory=list)  # {src, natural, natural_height, asked, laptop,
+    #  phone, phone_height}: sizes in pixels
+    outputs: list[str] = field(default_factory=list)  # each cell output's text
     diagrams: list[dict] = field(default_factory=list)  # {src, natural, alt, laptop, phone}: the SVG images
-                                                        # of figures outside cell outputs; widths in pixels
+    # of figures outside cell outputs; widths in pixels
 
 
 _IMAGES_JS = """
@@ -108,11 +108,22 @@ def visit_figures(context, url: str) -> FigureSnapshot:
         phone_diagrams = page.evaluate(_DIAGRAMS_JS)
     finally:
         page.close()
-    images = [{"src": a["src"], "natural": a["natural"], "natural_height": a["naturalHeight"], "asked": a["asked"],
-               "laptop": a["shown"], "phone": b["shown"], "phone_height": b["shownHeight"]}
-              for a, b in zip(laptop, phone)]
-    diagrams = [{"src": a["src"], "natural": a["natural"], "alt": a["alt"], "laptop": a["shown"], "phone": b["shown"]}
-                for a, b in zip(laptop_diagrams, phone_diagrams)]
+    images = [
+        {
+            "src": a["src"],
+            "natural": a["natural"],
+            "natural_height": a["naturalHeight"],
+            "asked": a["asked"],
+            "laptop": a["shown"],
+            "phone": b["shown"],
+            "phone_height": b["shownHeight"],
+        }
+        for a, b in zip(laptop, phone)
+    ]
+    diagrams = [
+        {"src": a["src"], "natural": a["natural"], "alt": a["alt"], "laptop": a["shown"], "phone": b["shown"]}
+        for a, b in zip(laptop_diagrams, phone_diagrams)
+    ]
     return FigureSnapshot(url=url, images=images, outputs=outputs, diagrams=diagrams)
 
 
@@ -127,9 +138,11 @@ def sharpness_problems(snap: FigureSnapshot) -> list[str]:
             continue
         ratio = image["natural"] / image["laptop"]
         if ratio < MIN_SHARPNESS:
-            problems.append(f"figure {_name(image)}: {image['natural']} pixels drawn for {image['laptop']:.0f} "
-                            f"shown on a laptop ({ratio:.2f} per pixel, under {MIN_SHARPNESS}): blurry on a "
-                            "high-density screen")
+            problems.append(
+                f"figure {_name(image)}: {image['natural']} pixels drawn for {image['laptop']:.0f} "
+                f"shown on a laptop ({ratio:.2f} per pixel, under {MIN_SHARPNESS}): blurry on a "
+                "high-density screen"
+            )
     return problems
 
 
@@ -141,8 +154,10 @@ def phone_text_problems(snap: FigureSnapshot) -> list[str]:
             continue
         text_px = MIN_FONT_PT / 72 * PIXELS_PER_INCH * min(1.0, image["phone"] / asked)
         if text_px < MIN_TEXT_PX:
-            problems.append(f"figure {_name(image)}: {asked:.0f} px wide, shown at {image['phone']:.0f} px on a "
-                            f"phone: {MIN_FONT_PT:g}-pt text comes out {text_px:.1f} px high (under {MIN_TEXT_PX})")
+            problems.append(
+                f"figure {_name(image)}: {asked:.0f} px wide, shown at {image['phone']:.0f} px on a "
+                f"phone: {MIN_FONT_PT:g}-pt text comes out {text_px:.1f} px high (under {MIN_TEXT_PX})"
+            )
     return problems
 
 
@@ -154,8 +169,10 @@ def distortion_problems(snap: FigureSnapshot) -> list[str]:
             continue
         drawn, shown = image["natural_height"] / image["natural"], image["phone_height"] / image["phone"]
         if abs(shown / drawn - 1) > 0.02:
-            problems.append(f"figure {_name(image)}: shown {image['phone']:.0f} x {image['phone_height']:.0f} px on a "
-                            f"phone, {shown / drawn:.2f} times as tall as its proportions")
+            problems.append(
+                f"figure {_name(image)}: shown {image['phone']:.0f} x {image['phone_height']:.0f} px on a "
+                f"phone, {shown / drawn:.2f} times as tall as its proportions"
+            )
     return problems
 
 
@@ -178,8 +195,10 @@ def red_green_problems(snap: FigureSnapshot, site: Path, base_url: str) -> list[
 
         green, red = share(DEFAULT_GREEN), share(DEFAULT_RED)
         if green >= MIN_COLOUR_SHARE and red >= MIN_COLOUR_SHARE:
-            problems.append(f"figure {_name(image)}: matplotlib's green ({green:.1%} of its pixels) beside its red "
-                            f"({red:.1%}), which a red-green colour-vision deficiency merges")
+            problems.append(
+                f"figure {_name(image)}: matplotlib's green ({green:.1%} of its pixels) beside its red "
+                f"({red:.1%}), which a red-green colour-vision deficiency merges"
+            )
     return problems
 
 
@@ -195,21 +214,24 @@ def progress_bar_problems(snap: FigureSnapshot) -> list[str]:
         for match in BAR.finditer(output):
             percent, done, total = int(match.group(1)), _count(match.group(2)), _count(match.group(3))
             if percent < 100 or done < total:
-                line = output[match.start():].split("\n", 1)[0]
+                line = output[match.start() :].split("\n", 1)[0]
                 problems.append(f"a progress bar stopped part-way: {line[:90]}")
     return problems
 
 
 def machine_path_problems(snap: FigureSnapshot) -> list[str]:
-    return [f"the environment summary names the machine's data path: {m.group(0).strip()[:80]}"
-            for output in snap.outputs for m in DATA_PATH.finditer(output)]
+    return [
+        f"the environment summary names the machine's data path: {m.group(0).strip()[:80]}"
+        for output in snap.outputs
+        for m in DATA_PATH.finditer(output)
+    ]
 
 
 # ---- schematic diagrams (SVG) ------------------------------------------------------------------
 
 _SVG = "{http://www.w3.org/2000/svg}"
 _TEXT_TAGS = {"text", "tspan", "textPath"}
-_DEFAULT_FONT = 16.0   # CSS "medium": what an SVG's text is set at when nothing gives a size
+_DEFAULT_FONT = 16.0  # CSS "medium": what an SVG's text is set at when nothing gives a size
 
 
 def _font_size(value: str, parent: float) -> float:
@@ -234,7 +256,9 @@ def svg_text_geometry(svg_text: str) -> tuple[float, float]:
     sizes = []
 
     def walk(element, inherited):
-        style = dict((k.strip(), v.strip()) for k, _, v in (p.partition(":") for p in element.get("style", "").split(";")))
+        style = dict(
+            (k.strip(), v.strip()) for k, _, v in (p.partition(":") for p in element.get("style", "").split(";"))
+        )
         own = style.get("font-size") or element.get("font-size")
         size = _font_size(own, inherited) if own else inherited
         holds_text = isinstance(element.tag, str) and element.tag.removeprefix(_SVG) in _TEXT_TAGS
@@ -270,6 +294,8 @@ def diagram_problems(snap: FigureSnapshot, site: Path, base_url: str) -> list[st
             continue
         text_px = font * diagram["phone"] / width
         if text_px < MIN_TEXT_PX:
-            problems.append(f"diagram {name}: {width:g} units wide, shown at {diagram['phone']:.0f} px on a phone: its "
-                            f"{font:g}-unit text comes out {text_px:.1f} px high (under {MIN_TEXT_PX})")
+            problems.append(
+                f"diagram {name}: {width:g} units wide, shown at {diagram['phone']:.0f} px on a phone: its "
+                f"{font:g}-unit text comes out {text_px:.1f} px high (under {MIN_TEXT_PX})"
+            )
     return problems

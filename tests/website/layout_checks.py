@@ -31,8 +31,23 @@ LAPTOP = {"width": 1366, "height": 768}
 
 # The pages whose phone and laptop screenshots CI keeps (_build/artifacts/{phone,laptop}/NAME.png):
 # the landing page, chapters 1, 2, 3, 7, 8, 9, 10, 11, 12, 14 and 19, Results, Performance, the API.
-SCREENSHOT_PAGES = ["intro", "01", "02", "03", "07", "08", "09", "10", "11", "12", "14", "19",
-                    "results", "performance", "api"]
+SCREENSHOT_PAGES = [
+    "intro",
+    "01",
+    "02",
+    "03",
+    "07",
+    "08",
+    "09",
+    "10",
+    "11",
+    "12",
+    "14",
+    "19",
+    "results",
+    "performance",
+    "api",
+]
 
 # Elements inside which wide content scrolls on its own instead of widening the page.
 SCROLLING = ("auto", "scroll", "hidden", "clip")
@@ -41,8 +56,10 @@ SCROLLING = ("auto", "scroll", "hidden", "clip")
 ISSUE_REFERENCE = re.compile(r"\bissues? #?\d+(?:\s*(?:,|and)\s*#?\d+)*", re.I)
 
 # Search entry points: the theme's search buttons and fields, and any search input.
-SEARCH_SELECTOR = ("button.search-button, .search-button-field, .search-button__button, "
-                   "form.bd-search, input[type=search], input[name=q]")
+SEARCH_SELECTOR = (
+    "button.search-button, .search-button-field, .search-button__button, "
+    "form.bd-search, input[type=search], input[name=q]"
+)
 
 
 def screenshot_docs(docnames: list[str]) -> dict[str, str]:
@@ -59,6 +76,7 @@ def screenshot_docs(docnames: list[str]) -> dict[str, str]:
 def toc_chapter_docnames(repo: Path = site_checks.REPO) -> list[str]:
     """The root and the chapters of _toc.yml's parts: the entries the sidebar lists at its top
     level (sections under them, such as the API reference's modules, open with their page)."""
+
     def docname(file: str) -> str:
         return re.sub(r"\.(ipynb|md|rst)$", "", str(file).strip("/"))
 
@@ -74,6 +92,7 @@ def screenshot_path(kind: str, docname: str) -> Path:
 
 
 # ---- the browser -----------------------------------------------------------------------------
+
 
 def new_context(browser, viewport: dict, phone: bool = False):
     """A browser context of one size; a phone one emulates touch. Outside hosts are blocked."""
@@ -153,7 +172,10 @@ const clippedMath = (root) => Array.from(root.querySelectorAll('span.math')).map
 """
 _DESCRIBE_JS = _DESCRIBE_JS.replace("%SCROLLING%", str(list(SCROLLING)))
 
-_OVERFLOW_JS = "() => {" + _DESCRIBE_JS + r"""
+_OVERFLOW_JS = (
+    "() => {"
+    + _DESCRIBE_JS
+    + r"""
   const root = document.documentElement;
   const limit = root.clientWidth;
   // The right edge of each element's box, and of its content (text that overflows the box
@@ -194,8 +216,12 @@ _OVERFLOW_JS = "() => {" + _DESCRIBE_JS + r"""
   };
 }
 """
+)
 
-_TABLES_JS = "() => {" + _DESCRIBE_JS + r"""
+_TABLES_JS = (
+    "() => {"
+    + _DESCRIBE_JS
+    + r"""
   const results = [];
   const tables = Array.from(document.querySelectorAll('.bd-article table'));
   tables.forEach((table, index) => {
@@ -240,6 +266,7 @@ _TABLES_JS = "() => {" + _DESCRIBE_JS + r"""
   return results;
 }
 """
+)
 
 # Is the element drawn on the screen where a reader can see and tap it (not hidden, not off-screen,
 # not covered by anything)? Used for sidebar links, buttons and search fields.
@@ -256,7 +283,10 @@ const onScreen = (el) => {
 };
 """
 
-_LINKS_ON_SCREEN_JS = "(paths) => {" + _ON_SCREEN_JS + r"""
+_LINKS_ON_SCREEN_JS = (
+    "(paths) => {"
+    + _ON_SCREEN_JS
+    + r"""
   // For each site path: is one of the sidebar's links to it on the screen (scrolled into view
   // within the sidebar, as a reader would scroll it)?
   const links = Array.from(document.querySelectorAll('nav.bd-docs-nav a[href], .bd-sidebar-primary a.navbar-brand[href]'));
@@ -272,8 +302,12 @@ _LINKS_ON_SCREEN_JS = "(paths) => {" + _ON_SCREEN_JS + r"""
   return result;
 }
 """
+)
 
-_VISIBLE_JS = "(selector) => {" + _ON_SCREEN_JS + r"""
+_VISIBLE_JS = (
+    "(selector) => {"
+    + _ON_SCREEN_JS
+    + r"""
   const shown = Array.from(document.querySelectorAll(selector)).filter(onScreen);
   const outer = shown.filter(el => !shown.some(o => o !== el && o.contains(el)));
   return outer.map(el => {
@@ -284,6 +318,7 @@ _VISIBLE_JS = "(selector) => {" + _ON_SCREEN_JS + r"""
   });
 }
 """
+)
 
 _TEXT_JS = r"""
 () => {
@@ -354,8 +389,7 @@ def tap_visible(page, selector: str, phone: bool) -> str | None:
     """Tap (phone) or click (laptop) the one element matching `selector` that is on the screen.
     Returns a problem, or None."""
     shown = page.locator(selector).filter(visible=True)
-    handles = [h for h in shown.element_handles()
-               if h.evaluate("el => {" + _ON_SCREEN_JS + " return onScreen(el); }")]
+    handles = [h for h in shown.element_handles() if h.evaluate("el => {" + _ON_SCREEN_JS + " return onScreen(el); }")]
     if not handles:
         return f"no {selector} button on the screen"
     if phone:
@@ -371,11 +405,11 @@ class PageLayout:
     """What one page looks like on a phone and on a laptop."""
 
     docname: str
-    phone: dict = field(default_factory=dict)          # overflow() at 390 px
+    phone: dict = field(default_factory=dict)  # overflow() at 390 px
     laptop_tables: list = field(default_factory=list)  # tables() at 1366 px
-    text: str = ""                                      # the article's visible text
-    results: list | None = None                         # results_groups(), on the Results page
-    screenshots: list = field(default_factory=list)     # paths written
+    text: str = ""  # the article's visible text
+    results: list | None = None  # results_groups(), on the Results page
+    screenshots: list = field(default_factory=list)  # paths written
 
 
 def measure(page, url: str, docname: str, screenshots: bool = False) -> PageLayout:
@@ -414,14 +448,17 @@ def _screenshot(page, kind: str, docname: str) -> Path:
 
 # ---- judging ---------------------------------------------------------------------------------
 
+
 def overflow_problems(data: dict) -> list[str]:
     """The page must not be wider than the phone's screen, nor cut an inline formula short."""
     width, limit = data["scroll_width"], data["viewport_width"]
     problems = [f"an inline formula is cut off: {what}" for what in data["clipped_math"]]
     if width <= limit:
         return problems
-    widest = "; ".join(f"{what} reaches {right} px" for what, right in data["offenders"]) \
+    widest = (
+        "; ".join(f"{what} reaches {right} px" for what, right in data["offenders"])
         or "no single element found (a margin or a transform?)"
+    )
     return [f"the page is {width} px wide on a {limit}-px phone; the widest: {widest}"] + problems
 
 
@@ -429,16 +466,21 @@ def table_problems(data: list[dict]) -> list[str]:
     """On a laptop every table fits its column: no column is off-screen, no cell cut off."""
     problems = []
     for t in data:
-        where = f"table {t['index']}" + (f" (section {t['section']!r})" if t["section"] else "") \
+        where = (
+            f"table {t['index']}"
+            + (f" (section {t['section']!r})" if t["section"] else "")
             + (f", columns {t['columns']}" if t["columns"] else "")
+        )
         if t["scroller"] and t["scroller_hidden_px"] > 1:
             problems.append(
                 f"{where}: {t['width']} px wide, {t['scroller_hidden_px']} px of it hidden in its scroller "
-                f"({t['scroller']}); off-screen until scrolled: {t['hidden_columns'] or 'part of the last column'}")
+                f"({t['scroller']}); off-screen until scrolled: {t['hidden_columns'] or 'part of the last column'}"
+            )
         elif not t["scroller"] and t["right"] > t["column_right"] + 1:
             problems.append(
                 f"{where}: its right edge is at {t['right']} px, beyond its column's {t['column_right']} px; "
-                f"off the column: {t['hidden_columns'] or 'part of the last column'}")
+                f"off the column: {t['hidden_columns'] or 'part of the last column'}"
+            )
         for cell in t["cut_cells"]:
             problems.append(f"{where}: the content of a cell is cut off: {cell}")
     return problems
@@ -476,8 +518,10 @@ def results_repetition_problems(groups: list[dict] | None) -> list[str]:
             problems.append(f"{group['chapter']}: the same note on {count} consecutive rows: {note[:90]!r}")
         published = [r["published"] for r in group["rows"]]
         if len(published) > 1 and len(set(published)) == 1 and published[0] not in ("", "–", "-"):
-            problems.append(f"{group['chapter']}: the same published references {published[0]!r} "
-                            f"on each of its {len(published)} rows")
+            problems.append(
+                f"{group['chapter']}: the same published references {published[0]!r} "
+                f"on each of its {len(published)} rows"
+            )
     return problems
 
 
@@ -500,27 +544,39 @@ def menu_problems(browser, url: str, paths: list[str], phone: bool) -> list[str]
             return [f"{where}: {problem}"]
         shown = links_on_screen(page, paths)
         if phone:
-            return [f"{where}: after tapping the menu button, the link to {p} is not on the screen"
-                    for p, ok in shown.items() if not ok]
+            return [
+                f"{where}: after tapping the menu button, the link to {p} is not on the screen"
+                for p, ok in shown.items()
+                if not ok
+            ]
         still = [p for p, ok in shown.items() if ok]
         if still:
-            return [f"{where}: after clicking the menu button the sidebar still shows the links to "
-                    f"{still[:3]}{' ...' if len(still) > 3 else ''}"]
+            return [
+                f"{where}: after clicking the menu button the sidebar still shows the links to "
+                f"{still[:3]}{' ...' if len(still) > 3 else ''}"
+            ]
         problem = tap_visible(page, ".primary-toggle", phone)
         if problem:
             return [f"{where}: with the sidebar hidden, {problem}"]
         shown = links_on_screen(page, paths)
-        return [f"{where}: after a second click the sidebar does not show the link to {p} again"
-                for p, ok in shown.items() if not ok]
+        return [
+            f"{where}: after a second click the sidebar does not show the link to {p} again"
+            for p, ok in shown.items()
+            if not ok
+        ]
     finally:
         context.close()
 
 
-_PAGE_TOC_JS = "() => {" + _ON_SCREEN_JS + r"""
+_PAGE_TOC_JS = (
+    "() => {"
+    + _ON_SCREEN_JS
+    + r"""
   const links = Array.from(document.querySelectorAll('.bd-sidebar-secondary nav a[href]'));
   return {count: links.length, shown: links.filter(onScreen).length};
 }
 """
+)
 
 
 def contents_problems(browser, url: str, phone: bool) -> list[str]:

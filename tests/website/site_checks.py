@@ -57,10 +57,10 @@ OPTIONAL_EXTERNAL_HOSTS: list[str] = []
 
 # Text that, visible outside code and outputs after MathJax has run, means TeX was not typeset.
 RAW_TEX_PATTERNS = [
-    r"\$\$",                           # display-math delimiters
-    r"\\[()\[\]]",                     # \( \) \[ \] delimiters
-    r"\\(?:begin|end)\{",              # environments
-    r"\\[A-Za-z]{2,}",                 # any control word: \frac, \sqrt, \mathbf, \alpha, ...
+    r"\$\$",  # display-math delimiters
+    r"\\[()\[\]]",  # \( \) \[ \] delimiters
+    r"\\(?:begin|end)\{",  # environments
+    r"\\[A-Za-z]{2,}",  # any control word: \frac, \sqrt, \mathbf, \alpha, ...
     r"(?<![\w$\\])\$[^\s$][^$\n]{0,80}(?<![\s\\])\$(?![\w$])",  # inline $x$ left as text
 ]
 _RAW_TEX = re.compile("|".join(f"(?:{p})" for p in RAW_TEX_PATTERNS))
@@ -74,6 +74,7 @@ CHAPTER = re.compile(r"^book/\d\d_[a-z0-9_]+$")
 
 
 # ---- the book's configuration --------------------------------------------------------------
+
 
 def site_dir() -> Path:
     """The built website: $TB_SITE_DIR, or _build/html in the repository."""
@@ -140,6 +141,7 @@ def page_path(docname: str) -> str:
 
 # ---- a local web server --------------------------------------------------------------------
 
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):
         pass
@@ -166,6 +168,7 @@ class SiteServer:
 
 
 # ---- the browser ---------------------------------------------------------------------------
+
 
 def find_chromium() -> str:
     """$TB_CHROMIUM, else Debian's chromium or chromium-headless-shell."""
@@ -195,17 +198,17 @@ def launch(playwright):
 class PageSnapshot:
     url: str
     final_url: str = ""
-    prose: str = ""                                            # visible text outside code/outputs
-    math_errors: list = field(default_factory=list)       # [message, TeX] of MathJax errors
+    prose: str = ""  # visible text outside code/outputs
+    math_errors: list = field(default_factory=list)  # [message, TeX] of MathJax errors
     undefined_macros: list = field(default_factory=list)  # [\\macro, TeX], typeset in red
     broken_images: list[str] = field(default_factory=list)
     image_count: int = 0
     colab_links: list[str] = field(default_factory=list)
     download_links: list[str] = field(default_factory=list)
     sidebar_links: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)            # console errors + page errors
-    failed_requests: list[str] = field(default_factory=list)   # to 127.0.0.1
-    external_requests: list[str] = field(default_factory=list) # blocked, to any other host
+    errors: list[str] = field(default_factory=list)  # console errors + page errors
+    failed_requests: list[str] = field(default_factory=list)  # to 127.0.0.1
+    external_requests: list[str] = field(default_factory=list)  # blocked, to any other host
     has_mathjax: bool = False
 
 
@@ -265,6 +268,7 @@ def visit(browser, url: str, screenshot: Path | None = None, timeout_ms: int = 2
     snap = PageSnapshot(url=url)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
+
         def route(r):
             host = urlsplit(r.request.url).hostname
             if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
@@ -278,18 +282,24 @@ def visit(browser, url: str, screenshot: Path | None = None, timeout_ms: int = 2
         page.set_default_timeout(timeout_ms)
         page.on("console", lambda m: snap.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: snap.errors.append(f"page error: {e}"))
-        page.on("requestfailed", lambda r: snap.failed_requests.append(f"{r.url} ({r.failure})")
-                if urlsplit(r.url).hostname == "127.0.0.1" else None)
-        page.on("response", lambda r: snap.failed_requests.append(f"{r.url} (HTTP {r.status})")
-                if r.status >= 400 else None)
+        page.on(
+            "requestfailed",
+            lambda r: (
+                snap.failed_requests.append(f"{r.url} ({r.failure})")
+                if urlsplit(r.url).hostname == "127.0.0.1"
+                else None
+            ),
+        )
+        page.on(
+            "response", lambda r: snap.failed_requests.append(f"{r.url} (HTTP {r.status})") if r.status >= 400 else None
+        )
         redirects = re.search(r"http-equiv=[\"']?refresh", context.request.get(url).text(), re.I)
         page.goto(url, wait_until="load")
         if redirects:
             # A redirecting page (index.html): judge the page it leads to.
             page.wait_for_url(lambda u: u != url)
             page.wait_for_load_state("load")
-        snap.has_mathjax = page.evaluate(
-            "() => !!document.querySelector('script[src*=\"mathjax\" i]')")
+        snap.has_mathjax = page.evaluate("() => !!document.querySelector('script[src*=\"mathjax\" i]')")
         if snap.has_mathjax:
             page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
             page.evaluate("() => MathJax.startup.promise")
@@ -313,6 +323,7 @@ def visit(browser, url: str, screenshot: Path | None = None, timeout_ms: int = 2
 
 # ---- judging a snapshot --------------------------------------------------------------------
 
+
 def raw_tex_problems(prose: str) -> list[str]:
     """TeX left as text outside code blocks and cell outputs."""
     problems = []
@@ -326,8 +337,9 @@ def raw_tex_problems(prose: str) -> list[str]:
 def math_problems(snap: PageSnapshot) -> list[str]:
     problems = raw_tex_problems(snap.prose)
     problems += [f"MathJax error {error!r} in the TeX {tex!r}" for error, tex in snap.math_errors]
-    problems += [f"undefined TeX macro {macro!r} (typeset in red) in the TeX {tex!r}"
-                 for macro, tex in snap.undefined_macros]
+    problems += [
+        f"undefined TeX macro {macro!r} (typeset in red) in the TeX {tex!r}" for macro, tex in snap.undefined_macros
+    ]
     return list(dict.fromkeys(problems))  # once each, in order
 
 
@@ -341,9 +353,11 @@ def error_problems(snap: PageSnapshot) -> list[str]:
     allowed = [re.compile(p) for p in ALLOWED_ERRORS]
     problems = [e for e in snap.errors if not any(p.search(e) for p in allowed)]
     problems += [f"request failed: {r}" for r in snap.failed_requests]
-    problems += [f"request to an outside host (blocked; the site must work offline): {u}"
-                 for u in snap.external_requests
-                 if urlsplit(u).hostname not in OPTIONAL_EXTERNAL_HOSTS]
+    problems += [
+        f"request to an outside host (blocked; the site must work offline): {u}"
+        for u in snap.external_requests
+        if urlsplit(u).hostname not in OPTIONAL_EXTERNAL_HOSTS
+    ]
     return problems
 
 
@@ -358,8 +372,10 @@ def download_problems(snap: PageSnapshot, docname: str, suffix: str, site: Path)
     """The theme's download button must offer the page's source file (.ipynb for notebooks)."""
     expected = f"_sources/{docname}{suffix}"
     if not snap.download_links:
-        return [f"no download button (a.btn-download-source-button) for {expected}; "
-                "it comes from html.use_download_button in _config.yml"]
+        return [
+            f"no download button (a.btn-download-source-button) for {expected}; "
+            "it comes from html.use_download_button in _config.yml"
+        ]
     problems = []
     for link in snap.download_links:
         path = unquote(urlsplit(link).path).lstrip("/")
@@ -380,14 +396,27 @@ def sidebar_pages(snap: PageSnapshot, base_url: str) -> set[str]:
 
 
 def navigation_problems(nav_pages: set[str], docnames: list[str]) -> list[str]:
-    return [f"the left navigation has no link to {page_path(d)} (listed in _toc.yml)"
-            for d in docnames if page_path(d) not in nav_pages]
+    return [
+        f"the left navigation has no link to {page_path(d)} (listed in _toc.yml)"
+        for d in docnames
+        if page_path(d) not in nav_pages
+    ]
 
 
 # ---- internal links, without a browser -----------------------------------------------------
 
-_LINK_ATTRS = {"a": "href", "link": "href", "area": "href", "img": "src", "script": "src",
-               "iframe": "src", "source": "src", "video": "src", "audio": "src", "embed": "src"}
+_LINK_ATTRS = {
+    "a": "href",
+    "link": "href",
+    "area": "href",
+    "img": "src",
+    "script": "src",
+    "iframe": "src",
+    "source": "src",
+    "video": "src",
+    "audio": "src",
+    "embed": "src",
+}
 
 
 class _PageParser(html.parser.HTMLParser):
@@ -457,9 +486,11 @@ def link_problems(site: Path, start: str = "index.html") -> tuple[list[str], lis
 
 # ---- helpers shared by the checks and their tests -------------------------------------------
 
+
 def local_only(context, *, mathjax: bool = True):
     """Let `context` load data:, blob: and 127.0.0.1 (without MathJax's files unless `mathjax`)
     and refuse every other host; returns the context."""
+
     def route(r):
         url = r.request.url
         local = urlsplit(url).hostname == "127.0.0.1" and (mathjax or "/mathjax/" not in urlsplit(url).path.lower())
@@ -493,7 +524,9 @@ def edited_page(copy: Path, docname: str, edit):
 
 def in_article(snippet: str):
     """An edit that puts `snippet` right after the page's title, in the article."""
+
     def edit(html):
         at = html.index("</h1>", html.index('<article class="bd-article"')) + len("</h1>")
         return html[:at] + snippet + html[at:]
+
     return edit

@@ -29,7 +29,6 @@ CHAPTERS = sc.chapter_docnames()
 ROOT = DOCS[0]
 
 
-
 @pytest.fixture(scope="module")
 def context(browser):
     context = cc.new_context(browser)

@@ -40,8 +40,6 @@ def context(browser):
     context.close()
 
 
-
-
 def visit(context, copy_url):
     return cc.visit_content(context, copy_url + sc.page_path(CHAPTER))
 
@@ -50,9 +48,17 @@ def assert_reported(problems, expected):
     assert any(expected in p for p in problems), f"{expected!r} not reported; got {problems}"
 
 
-CHECKS = [cc.markdown_problems, cc.alt_text_problems, cc.caption_problems, cc.copy_button_problems,
-          cc.bookkeeping_problems, cc.stream_problems, cc.download_menu_problems, cc.placeholder_problems,
-          cc.listing_problems]
+CHECKS = [
+    cc.markdown_problems,
+    cc.alt_text_problems,
+    cc.caption_problems,
+    cc.copy_button_problems,
+    cc.bookkeeping_problems,
+    cc.stream_problems,
+    cc.download_menu_problems,
+    cc.placeholder_problems,
+    cc.listing_problems,
+]
 
 
 def test_intact_copy_reports_nothing(context, copy, copy_url):
@@ -63,36 +69,90 @@ def test_intact_copy_reports_nothing(context, copy, copy_url):
     assert cc.page_size_problems(copy) == []
 
 
-@pytest.mark.parametrize("snippet, check, expected", [
-    # a Markdown table rendered as CommonMark without the table extension: one paragraph
-    (OUTPUT.format("<p>| model | loss |\n| --- | --- |\n| causal | 1.9 |</p>"), cc.markdown_problems,
-     "Markdown table row left as text in a cell output"),
-    (OUTPUT.format("<p>under the mask $[j &gt; i]$ only</p>"), cc.markdown_problems, "math left as text ('$[j > i]$')"),
-    ("<p>| idea | equation | package |</p>", cc.markdown_problems, "Markdown table row left as text in visible text"),
-    # an image whose alt text is its own path, as myst-nb writes it by default
-    (OUTPUT.format('<img alt="../_images/abc.png" src="../_images/abc.png">'), cc.alt_text_problems,
-     "image abc.png has a file path as alt text"),
-    (OUTPUT.format('<img src="../_images/abc.png">'), cc.alt_text_problems, "image abc.png has no alt text"),
-    (OUTPUT.format('<img alt="a plot" src="../_images/abc.png">'), cc.alt_text_problems, "alt text too short"),
-    (OUTPUT.format('<img alt="A line plot of the loss against the step." src="../_images/abc.png">'),
-     cc.caption_problems, "image abc.png is not a figure"),
-    (OUTPUT.format('<figure><img alt="A line plot of the loss against the step." src="../_images/abc.png">'
-                   '<figcaption><p></p></figcaption></figure>'), cc.caption_problems, "figure of abc.png has no caption"),
-    # a cell recording results, shown in full
-    ('<div class="cell docutils container"><div class="cell_input docutils container"><div class="highlight"><pre>'
-     'transformer_book.results.record("01_attention", "metric", 1.0)</pre></div></div></div>',
-     cc.bookkeeping_problems, "shows its code in full"),
-    # one cell's stdout in two boxes
-    (OUTPUT.format('<div class="output stream highlight-myst-ansi notranslate"><div class="highlight"><pre>first part</pre></div></div>'
-                   '<div class="output stream highlight-myst-ansi notranslate"><div class="highlight"><pre>second part</pre></div></div>'),
-     cc.stream_problems, "one cell's stdout is split into separate boxes (the first starts 'first part')"),
-    # the theme's print-to-PDF entry
-    ('<button onclick="window.print()" class="btn btn-sm btn-download-pdf-button dropdown-item" title="Print to PDF">'
-     '<span class="btn__text-container">.pdf</span></button>', cc.download_menu_problems, "download entry '.pdf' downloads nothing"),
-    ("<p>Open https://colab.research.google.com/github/OWNER/REPOSITORY/blob/main/book/01_attention.ipynb</p>",
-     cc.placeholder_problems, "placeholder 'OWNER/REPOSITORY'"),
-], ids=["table-in-output", "dollars-in-output", "table-in-prose", "path-alt", "no-alt", "short-alt",
-        "no-figure", "empty-caption", "record-cell", "split-stream", "print-button", "placeholder"])
+@pytest.mark.parametrize(
+    "snippet, check, expected",
+    [
+        # a Markdown table rendered as CommonMark without the table extension: one paragraph
+        (
+            OUTPUT.format("<p>| model | loss |\n| --- | --- |\n| causal | 1.9 |</p>"),
+            cc.markdown_problems,
+            "Markdown table row left as text in a cell output",
+        ),
+        (
+            OUTPUT.format("<p>under the mask $[j &gt; i]$ only</p>"),
+            cc.markdown_problems,
+            "math left as text ('$[j > i]$')",
+        ),
+        (
+            "<p>| idea | equation | package |</p>",
+            cc.markdown_problems,
+            "Markdown table row left as text in visible text",
+        ),
+        # an image whose alt text is its own path, as myst-nb writes it by default
+        (
+            OUTPUT.format('<img alt="../_images/abc.png" src="../_images/abc.png">'),
+            cc.alt_text_problems,
+            "image abc.png has a file path as alt text",
+        ),
+        (OUTPUT.format('<img src="../_images/abc.png">'), cc.alt_text_problems, "image abc.png has no alt text"),
+        (OUTPUT.format('<img alt="a plot" src="../_images/abc.png">'), cc.alt_text_problems, "alt text too short"),
+        (
+            OUTPUT.format('<img alt="A line plot of the loss against the step." src="../_images/abc.png">'),
+            cc.caption_problems,
+            "image abc.png is not a figure",
+        ),
+        (
+            OUTPUT.format(
+                '<figure><img alt="A line plot of the loss against the step." src="../_images/abc.png">'
+                "<figcaption><p></p></figcaption></figure>"
+            ),
+            cc.caption_problems,
+            "figure of abc.png has no caption",
+        ),
+        # a cell recording results, shown in full
+        (
+            '<div class="cell docutils container"><div class="cell_input docutils container"><div class="highlight"><pre>'
+            'transformer_book.results.record("01_attention", "metric", 1.0)</pre></div></div></div>',
+            cc.bookkeeping_problems,
+            "shows its code in full",
+        ),
+        # one cell's stdout in two boxes
+        (
+            OUTPUT.format(
+                '<div class="output stream highlight-myst-ansi notranslate"><div class="highlight"><pre>first part</pre></div></div>'
+                '<div class="output stream highlight-myst-ansi notranslate"><div class="highlight"><pre>second part</pre></div></div>'
+            ),
+            cc.stream_problems,
+            "one cell's stdout is split into separate boxes (the first starts 'first part')",
+        ),
+        # the theme's print-to-PDF entry
+        (
+            '<button onclick="window.print()" class="btn btn-sm btn-download-pdf-button dropdown-item" title="Print to PDF">'
+            '<span class="btn__text-container">.pdf</span></button>',
+            cc.download_menu_problems,
+            "download entry '.pdf' downloads nothing",
+        ),
+        (
+            "<p>Open https://colab.research.google.com/github/OWNER/REPOSITORY/blob/main/book/01_attention.ipynb</p>",
+            cc.placeholder_problems,
+            "placeholder 'OWNER/REPOSITORY'",
+        ),
+    ],
+    ids=[
+        "table-in-output",
+        "dollars-in-output",
+        "table-in-prose",
+        "path-alt",
+        "no-alt",
+        "short-alt",
+        "no-figure",
+        "empty-caption",
+        "record-cell",
+        "split-stream",
+        "print-button",
+        "placeholder",
+    ],
+)
 def test_breakage_is_reported(context, copy, copy_url, snippet, check, expected):
     with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = check(visit(context, copy_url))

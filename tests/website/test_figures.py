@@ -86,7 +86,8 @@ def test_diagrams_load_with_alt_text_and_are_legible_on_a_phone(figures, doc, si
     snap = figures(doc)
     expected = _diagrams_in_source(doc)
     assert len(snap.diagrams) == expected, (
-        f"{doc}: the page shows {len(snap.diagrams)} SVG diagrams, its markdown {expected}")
+        f"{doc}: the page shows {len(snap.diagrams)} SVG diagrams, its markdown {expected}"
+    )
     sc.fail_if(fc.diagram_problems(snap, site, site_url), f"{doc}: diagrams")
 
 

@@ -29,14 +29,14 @@ CHAPTER = next((d for d in CHAPTERS if d.startswith("book/01_")), CHAPTERS[0] if
 SHOTS = lc.screenshot_docs(DOCS)  # {key: docname}
 
 
-
 @pytest.fixture(scope="module")
 def layout(browser, site_url):
     """layout(docname) -> PageLayout; each page is loaded once, in one browser page."""
     context = lc.new_context(browser, lc.PHONE)
     page = context.new_page()
-    yield functools.cache(lambda doc: lc.measure(page, site_url + sc.page_path(doc), doc,
-                                                 screenshots=doc in SHOTS.values()))
+    yield functools.cache(
+        lambda doc: lc.measure(page, site_url + sc.page_path(doc), doc, screenshots=doc in SHOTS.values())
+    )
     context.close()
 
 
@@ -62,8 +62,7 @@ def test_results_state_shared_context_once(layout):
 
 
 def test_screenshots_for_ci(layout):
-    problems = [f"no page of _toc.yml for the screenshot {key!r}"
-                for key in lc.SCREENSHOT_PAGES if key not in SHOTS]
+    problems = [f"no page of _toc.yml for the screenshot {key!r}" for key in lc.SCREENSHOT_PAGES if key not in SHOTS]
     for doc in SHOTS.values():
         written = layout(doc).screenshots
         for kind in ("phone", "laptop"):

@@ -45,8 +45,6 @@ def page(browser):
     context.close()
 
 
-
-
 def measured(page, copy_url, docname):
     return lc.measure(page, copy_url + sc.page_path(docname), docname)
 
@@ -81,14 +79,20 @@ def test_wide_code_block_scrolls_on_its_own(page, copy, copy_url):
     assert problems == []
 
 
-WIDE_TABLE = ('<table class="table"><thead><tr><th>name</th><th>the last column</th></tr></thead>'
-              f'<tbody><tr><td style="white-space: nowrap">{LONG * 2}</td><td>42</td></tr></tbody></table>')
+WIDE_TABLE = (
+    '<table class="table"><thead><tr><th>name</th><th>the last column</th></tr></thead>'
+    f'<tbody><tr><td style="white-space: nowrap">{LONG * 2}</td><td>42</td></tr></tbody></table>'
+)
 
 
-@pytest.mark.parametrize("wrapper, expected", [
-    ("{}", "beyond its column's"),
-    ('<div class="pst-scrollable-table-container">{}</div>', "hidden in its scroller"),
-], ids=["no-scroller", "in-a-scroller"])
+@pytest.mark.parametrize(
+    "wrapper, expected",
+    [
+        ("{}", "beyond its column's"),
+        ('<div class="pst-scrollable-table-container">{}</div>', "hidden in its scroller"),
+    ],
+    ids=["no-scroller", "in-a-scroller"],
+)
 def test_table_wider_than_its_column_is_reported(page, copy, copy_url, wrapper, expected):
     with sc.edited_page(copy, CHAPTER, sc.in_article(wrapper.format(WIDE_TABLE))):
         problems = lc.table_problems(measured(page, copy_url, CHAPTER).laptop_tables)
@@ -96,8 +100,9 @@ def test_table_wider_than_its_column_is_reported(page, copy, copy_url, wrapper, 
 
 
 def test_cut_off_cell_is_reported(page, copy, copy_url):
-    table = WIDE_TABLE.replace('<td style="white-space: nowrap">',
-                               '<td style="white-space: nowrap; max-width: 100px; overflow: hidden">')
+    table = WIDE_TABLE.replace(
+        '<td style="white-space: nowrap">', '<td style="white-space: nowrap; max-width: 100px; overflow: hidden">'
+    )
     with sc.edited_page(copy, CHAPTER, sc.in_article(table)):
         problems = lc.table_problems(measured(page, copy_url, CHAPTER).laptop_tables)
     assert_reported(problems, "the content of a cell is cut off")
@@ -112,10 +117,11 @@ def test_issue_reference_is_reported(page, copy, copy_url):
 def test_repeated_results_rows_are_reported(page, copy, copy_url):
     # Each row with a set-up said beside it, repeated three times: the set-up with it.
     def triple_rows(html):
-        table = html.index('results-table')
+        table = html.index("results-table")
         head, body = html[:table], html[table:]
         row = r'(<tr class="row-(?:odd|even)">(?:(?!</tr>).)*?class="book-setup"[^>]*>\s*<p>(?:(?!</tr>).)*?</tr>)'
         return head + re.sub(row, r"\1\1\1", body, flags=re.S)
+
     with sc.edited_page(copy, RESULTS, triple_rows):
         problems = lc.results_repetition_problems(measured(page, copy_url, RESULTS).results)
     assert_reported(problems, "the same note on 3 consecutive rows")
@@ -126,9 +132,12 @@ def test_dead_menu_buttons_are_reported(browser, copy, copy_url):
     # the theme's script binds instead of the visible ones.
     def hidden_toggles_first(html):
         at = html.index(">", html.index("<body")) + 1
-        hidden = ('<button class="primary-toggle" style="display: none"></button>'
-                  '<button class="secondary-toggle" style="display: none"></button>')
+        hidden = (
+            '<button class="primary-toggle" style="display: none"></button>'
+            '<button class="secondary-toggle" style="display: none"></button>'
+        )
         return html[:at] + hidden + html[at:]
+
     url = copy_url + sc.page_path(CHAPTER)
     with sc.edited_page(copy, CHAPTER, hidden_toggles_first):
         phone = lc.menu_problems(browser, url, PATHS, phone=True)

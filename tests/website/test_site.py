@@ -20,7 +20,6 @@ DOCS = sc.toc_docnames()
 CHAPTERS = sc.chapter_docnames()
 
 
-
 def _page_problems(snap):
     return sc.math_problems(snap) + sc.image_problems(snap) + sc.error_problems(snap)
 
@@ -64,8 +63,10 @@ def test_other_pages_in_navigation(snapshot, site_url):
     """Pages the navigation links to that _toc.yml does not list get the same page checks."""
     nav = sc.sidebar_pages(snapshot(sc.page_path(DOCS[0])), site_url)
     others = sorted(nav - {sc.page_path(d) for d in DOCS})
-    sc.fail_if([f"{p}: {problem}" for p in others for problem in _page_problems(snapshot(p))],
-             "pages linked from the navigation but not in _toc.yml")
+    sc.fail_if(
+        [f"{p}: {problem}" for p in others for problem in _page_problems(snapshot(p))],
+        "pages linked from the navigation but not in _toc.yml",
+    )
 
 
 def test_index_leads_to_root_page(snapshot, site_url):

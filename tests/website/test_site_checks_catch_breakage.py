@@ -35,8 +35,6 @@ def copy_url(copy):
         yield url
 
 
-
-
 def replace(old, new):
     return lambda html: html.replace(old, new)
 
@@ -58,22 +56,27 @@ def assert_reported(problems, expected):
 
 def test_intact_copy_reports_nothing(browser, copy, copy_url, config):
     assert chapter_problems(browser, copy, copy_url, config) == dict.fromkeys(
-        ["math", "images", "errors", "colab", "download"], [])
+        ["math", "images", "errors", "colab", "download"], []
+    )
     root = sc.visit(browser, copy_url + sc.page_path(ROOT))
     assert sc.navigation_problems(sc.sidebar_pages(root, copy_url), DOCS) == []
     assert sc.link_problems(copy)[0] == []
 
 
-@pytest.mark.parametrize("snippet, expected", [
-    # display math left as text in prose (MyST did not convert it, MathJax ignores it)
-    (r"<p>Broken: $$\frac{1}{$$ here.</p>", "raw TeX '$$'"),
-    # an unbalanced brace: MathJax finds no closing \) and leaves the TeX as text
-    ("<p>" + MATH.format(r"\(\frac{1}{\)") + "</p>", r"raw TeX '\\frac'"),
-    # a TeX syntax error: MathJax typesets an error node (mjx-merror, data-mjx-error)
-    ("<p>" + MATH.format(r"\(x^1^2\)") + "</p>", "MathJax error 'Double exponent"),
-    # an undefined macro: MathJax typesets its name in red, with no error node
-    ("<p>" + MATH.format(r"\(\nosuchmacro{x} + 1\)") + "</p>", r"undefined TeX macro '\\nosuchmacro'"),
-], ids=["raw-dollars", "unbalanced-brace", "syntax-error", "undefined-macro"])
+@pytest.mark.parametrize(
+    "snippet, expected",
+    [
+        # display math left as text in prose (MyST did not convert it, MathJax ignores it)
+        (r"<p>Broken: $$\frac{1}{$$ here.</p>", "raw TeX '$$'"),
+        # an unbalanced brace: MathJax finds no closing \) and leaves the TeX as text
+        ("<p>" + MATH.format(r"\(\frac{1}{\)") + "</p>", r"raw TeX '\\frac'"),
+        # a TeX syntax error: MathJax typesets an error node (mjx-merror, data-mjx-error)
+        ("<p>" + MATH.format(r"\(x^1^2\)") + "</p>", "MathJax error 'Double exponent"),
+        # an undefined macro: MathJax typesets its name in red, with no error node
+        ("<p>" + MATH.format(r"\(\nosuchmacro{x} + 1\)") + "</p>", r"undefined TeX macro '\\nosuchmacro'"),
+    ],
+    ids=["raw-dollars", "unbalanced-brace", "syntax-error", "undefined-macro"],
+)
 def test_broken_math_is_reported(browser, copy, copy_url, config, snippet, expected):
     with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = chapter_problems(browser, copy, copy_url, config)
@@ -103,12 +106,16 @@ def test_broken_colab_link_is_reported(browser, copy, copy_url, config, broken):
     assert_reported(problems, "no Colab link" if broken == "no-link" else f"Colab link {bad} should be {good}")
 
 
-@pytest.mark.parametrize("href, expected", [
-    ("no_such_page.html", "no_such_page.html does not exist"),
-    ("#no-such-anchor", "no id 'no-such-anchor'"),
-    ("bibliography.html#no-such-entry", "no id 'no-such-entry' in book/bibliography.html"),
-    ("../_static/no_such_script.js", "_static/no_such_script.js does not exist"),
-], ids=["page", "anchor-here", "anchor-elsewhere", "asset"])
+@pytest.mark.parametrize(
+    "href, expected",
+    [
+        ("no_such_page.html", "no_such_page.html does not exist"),
+        ("#no-such-anchor", "no id 'no-such-anchor'"),
+        ("bibliography.html#no-such-entry", "no id 'no-such-entry' in book/bibliography.html"),
+        ("../_static/no_such_script.js", "_static/no_such_script.js does not exist"),
+    ],
+    ids=["page", "anchor-here", "anchor-elsewhere", "asset"],
+)
 def test_dangling_internal_link_is_reported(copy, href, expected):
     with sc.edited_page(copy, CHAPTER, sc.in_article(f'<p><a href="{href}">dangling</a></p>')):
         problems = sc.link_problems(copy)[0]
@@ -116,13 +123,17 @@ def test_dangling_internal_link_is_reported(copy, href, expected):
 
 
 def test_console_error_and_outside_request_are_reported(browser, copy, copy_url, config):
-    snippet = ('<script>console.error("boom from a test")</script><script>noSuchFunction()</script>'
-               '<img src="https://example.org/needed.png" alt="from outside">')
+    snippet = (
+        '<script>console.error("boom from a test")</script><script>noSuchFunction()</script>'
+        '<img src="https://example.org/needed.png" alt="from outside">'
+    )
     with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
         problems = chapter_problems(browser, copy, copy_url, config)
     assert_reported(problems["errors"], "console.error: boom from a test")
     assert_reported(problems["errors"], "page error: noSuchFunction is not defined")
-    assert_reported(problems["errors"], "outside host (blocked; the site must work offline): https://example.org/needed.png")
+    assert_reported(
+        problems["errors"], "outside host (blocked; the site must work offline): https://example.org/needed.png"
+    )
     assert_reported(problems["images"], "https://example.org/needed.png")
 
 

@@ -106,8 +106,11 @@ def encode_pairs(
         else:
             kept.append((source, target))
     if too_long:
-        warnings.warn(f"encode_pairs: dropped {too_long} of {len(pairs)} pairs longer than max_len={max_len} "
-                      "tokens (EOS included)", stacklevel=2)
+        warnings.warn(
+            f"encode_pairs: dropped {too_long} of {len(pairs)} pairs longer than max_len={max_len} "
+            "tokens (EOS included)",
+            stacklevel=2,
+        )
     if empty:
         warnings.warn(f"encode_pairs: dropped {empty} of {len(pairs)} pairs with a side of no tokens", stacklevel=2)
     return kept
@@ -160,8 +163,10 @@ class BucketedBatches:
         self.lengths = np.array([max(len(s), len(t)) + 1 for s, t in examples])
         longest = int(self.lengths.max())
         if longest > max_tokens:
-            raise ValueError(f"BucketedBatches: max_tokens={max_tokens} is smaller than the longest pair "
-                             f"({longest} positions with EOS); raise max_tokens or drop long pairs")
+            raise ValueError(
+                f"BucketedBatches: max_tokens={max_tokens} is smaller than the longest pair "
+                f"({longest} positions with EOS); raise max_tokens or drop long pairs"
+            )
         self.max_tokens, self.max_sentences, self.seed = max_tokens, max_sentences, seed
         self.shuffle, self.bucket, self.pool_size = shuffle, bucket, pool_size
         self._specials = dict(pad_id=pad_id, sos_id=sos_id, eos_id=eos_id)
@@ -183,7 +188,8 @@ class BucketedBatches:
         for index in order:
             length = max(longest, int(self.lengths[index]))
             full = (len(current) + 1) * length > self.max_tokens or (
-                self.max_sentences is not None and len(current) == self.max_sentences)
+                self.max_sentences is not None and len(current) == self.max_sentences
+            )
             if current and full:
                 batches.append(np.array(current))
                 current, length = [], int(self.lengths[index])
@@ -210,8 +216,10 @@ class BucketedBatches:
                 rng = np.random.default_rng([self.seed, epoch])
                 order = rng.permutation(len(self.examples))
                 if self.bucket:
-                    pools = [order[i:i + self.pool_size] for i in range(0, len(order), self.pool_size)]
-                    batches = [b for pool in pools for b in self._pack(pool[np.argsort(self.lengths[pool], kind="stable")])]
+                    pools = [order[i : i + self.pool_size] for i in range(0, len(order), self.pool_size)]
+                    batches = [
+                        b for pool in pools for b in self._pack(pool[np.argsort(self.lengths[pool], kind="stable")])
+                    ]
                 else:
                     batches = self._pack(order)
                 batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -275,11 +283,18 @@ class RandomWindows:
     """
 
     def __init__(self, ids: torch.Tensor, context: int, batch_size: int, *, seed: int = 0) -> None:
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        if (
+            not isinstance(ids, torch.Tensor)
+            or ids.dim() != 1
+            or ids.dtype.is_floating_point
+            or ids.dtype == torch.bool
+        ):
             raise ValueError("RandomWindows: ids must be a 1-D integer tensor")
         checks.positive_int("RandomWindows", context=context, batch_size=batch_size)
         if ids.numel() <= context:
-            raise ValueError(f"RandomWindows: {ids.numel()} tokens are too few for windows of context {context} plus a target")
+            raise ValueError(
+                f"RandomWindows: {ids.numel()} tokens are too few for windows of context {context} plus a target"
+            )
         self.ids, self.context, self.batch_size, self.seed = ids.long(), context, batch_size, seed
 
     def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,7 @@ def strip_gutenberg(text: str) -> str:
     lines = text.removeprefix("\ufeff").replace("\r\n", "\n").split("\n")
     start = _find_marker(lines, _START_MARKER, 0)
     end = _find_marker(lines, _END_MARKER, start + 1)
-    body = [line.rstrip() for line in lines[start + 1:end]]
+    body = [line.rstrip() for line in lines[start + 1 : end]]
     while body and not body[0]:
         body.pop(0)
     while body and not body[-1]:

@@ -24,7 +24,7 @@ DATA_DIR_ENV = "TB_DATA_DIR"
 CACHE_DIR_ENV = "TB_CACHE_DIR"
 _CHUNK_BYTES = 1 << 20
 _TIMEOUT_SECONDS = 60
-_LOCK_TIMEOUT_SECONDS = 30 * 60   # how long a fetch waits for another process's download of the same file
+_LOCK_TIMEOUT_SECONDS = 30 * 60  # how long a fetch waits for another process's download of the same file
 
 
 class DataError(RuntimeError):
@@ -54,8 +54,10 @@ def cache_dir() -> Path:
     value = os.environ.get(CACHE_DIR_ENV)
     path = Path(value).expanduser() if value else Path.home() / ".cache" / "transformer_book"
     if path.exists() and not path.is_dir():
-        raise DataError(f"the cache {path} (from {CACHE_DIR_ENV if value else 'the default'}) exists but is not a "
-                        f"folder; point {CACHE_DIR_ENV} at a folder")
+        raise DataError(
+            f"the cache {path} (from {CACHE_DIR_ENV if value else 'the default'}) exists but is not a "
+            f"folder; point {CACHE_DIR_ENV} at a folder"
+        )
     return path
 
 
@@ -72,8 +74,7 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = True,
-          progress: bool = False) -> Path:
+def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = True, progress: bool = False) -> Path:
     """Return the local path of a verified copy of one file of ``corpus``.
 
     Looks in ``$TB_DATA_DIR/<corpus>/<file>`` (used in place, never written to), then in
@@ -113,28 +114,38 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
 
     target = cache_dir() / entry.name / remote.name
     if target.exists() and not target.is_file():
-        raise DataError(f"{target} is in the way: something that is not a file stands where the cached "
-                        f"{entry.name}/{remote.name} belongs; remove it")
+        raise DataError(
+            f"{target} is in the way: something that is not a file stands where the cached "
+            f"{entry.name}/{remote.name} belongs; remove it"
+        )
     # A verified copy needs no lock: files land under their final name only complete (a rename),
     # so a read-only cache that holds them is usable.
     if target.is_file() and sha256_of(target) == remote.sha256:
         return target
     if not download and not target.is_file():
-        raise DataUnavailableError(
-            _unavailable_message(entry, remote, "downloading is disabled (download=False)")
-        )
+        raise DataUnavailableError(_unavailable_message(entry, remote, "downloading is disabled (download=False)"))
     lock = FileLock(str(target) + ".lock", timeout=_LOCK_TIMEOUT_SECONDS)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
-        raise DataUnavailableError(_unavailable_message(
-            entry, remote, f"another process has held {lock.lock_file} for {_LOCK_TIMEOUT_SECONDS // 60} minutes; "
-            "if none is downloading this file, delete the lock file")) from None
+        raise DataUnavailableError(
+            _unavailable_message(
+                entry,
+                remote,
+                f"another process has held {lock.lock_file} for {_LOCK_TIMEOUT_SECONDS // 60} minutes; "
+                "if none is downloading this file, delete the lock file",
+            )
+        ) from None
     except OSError as err:
-        raise DataUnavailableError(_unavailable_message(
-            entry, remote, f"the cache folder {target.parent} is not writable ({err.strerror}); point "
-            f"{CACHE_DIR_ENV} at a writable folder")) from None
+        raise DataUnavailableError(
+            _unavailable_message(
+                entry,
+                remote,
+                f"the cache folder {target.parent} is not writable ({err.strerror}); point "
+                f"{CACHE_DIR_ENV} at a writable folder",
+            )
+        ) from None
     # One process at a time checks, deletes or downloads this file: a second fetch of the same
     # file waits above, then finds the first one's verified copy instead of downloading again.
     try:
@@ -143,9 +154,7 @@ def fetch(corpus: str | Corpus, file: str | None = None, *, download: bool = Tru
                 return target
             target.unlink()  # stale or corrupt cache entry
         if not download:
-            raise DataUnavailableError(
-                _unavailable_message(entry, remote, "downloading is disabled (download=False)")
-            )
+            raise DataUnavailableError(_unavailable_message(entry, remote, "downloading is disabled (download=False)"))
         remove_stale(target, suffix=".part")  # left by a killed download (we hold the lock)
         _download(entry, remote, target, progress)
     finally:
@@ -164,8 +173,9 @@ def fetch_text(corpus: str, file: str, *, download: bool = True) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise DataError(f"cannot read {corpus}/{file} ({path}): {err}. The file is corrupt; "
-                        "delete it so that it is fetched again") from None
+        raise DataError(
+            f"cannot read {corpus}/{file} ({path}): {err}. The file is corrupt; delete it so that it is fetched again"
+        ) from None
 
 
 def _select_file(corpus: Corpus, file: str | None) -> RemoteFile:
@@ -174,8 +184,7 @@ def _select_file(corpus: Corpus, file: str | None) -> RemoteFile:
         return corpus.file(file)
     if len(corpus.files) != 1:
         raise ValueError(
-            f"corpus {corpus.name!r} has {len(corpus.files)} files; name one of: "
-            + ", ".join(corpus.file_names)
+            f"corpus {corpus.name!r} has {len(corpus.files)} files; name one of: " + ", ".join(corpus.file_names)
         )
     return corpus.files[0]
 
@@ -198,8 +207,11 @@ def _download(corpus: Corpus, remote: RemoteFile, target: Path, progress: bool) 
             raise DataUnavailableError(_unavailable_message(corpus, remote, err)) from err
         received = part.tell()
         if remote.size is not None and received < remote.size:
-            raise DataUnavailableError(_unavailable_message(
-                corpus, remote, f"the download was interrupted after {received:,} of {remote.size:,} bytes"))
+            raise DataUnavailableError(
+                _unavailable_message(
+                    corpus, remote, f"the download was interrupted after {received:,} of {remote.size:,} bytes"
+                )
+            )
         if actual != remote.sha256:
             raise ChecksumMismatchError(
                 f"checksum mismatch for {corpus.name}/{remote.name} downloaded from "

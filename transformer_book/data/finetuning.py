@@ -35,8 +35,19 @@ from transformer_book.data.sst2 import load_sst2
 from transformer_book.tokenizers.wordpiece import PAD_ID
 
 __all__ = [
-    "FineTuningBatch", "Example", "encode_sentence", "sst2_examples", "pivot_paraphrase_pairs", "pair_examples", "CASE_TAGS", "case_tag",
-    "case_restoration_examples", "entity_spans", "SpanExample", "cloze_span_examples", "FineTuningBatches",
+    "FineTuningBatch",
+    "Example",
+    "encode_sentence",
+    "sst2_examples",
+    "pivot_paraphrase_pairs",
+    "pair_examples",
+    "CASE_TAGS",
+    "case_tag",
+    "case_restoration_examples",
+    "entity_spans",
+    "SpanExample",
+    "cloze_span_examples",
+    "FineTuningBatches",
 ]
 
 
@@ -72,16 +83,19 @@ def sst2_examples(tokenizer: Tokenizer, split: str, max_len: int, *, download: b
     """SST-2's ``split`` (``"train"`` or ``"dev"``) as single-sentence examples whose target is
     the label (1 positive, 0 negative); see :func:`~transformer_book.data.load_sst2`."""
     rows = load_sst2(split, download=download)
-    return [Example(ids, [0] * len(ids), label, "class") for ids, (_, label) in
-            zip((encode_sentence(tokenizer, text, max_len) for text, _ in rows), rows)]
+    return [
+        Example(ids, [0] * len(ids), label, "class")
+        for ids, (_, label) in zip((encode_sentence(tokenizer, text, max_len) for text, _ in rows), rows)
+    ]
 
 
 def _words(text: str) -> frozenset[str]:
     return frozenset("".join(c if c.isalnum() or c.isspace() else " " for c in text.lower()).split())
 
 
-def pivot_paraphrase_pairs(pairs: Sequence[tuple[str, str]], *, test_fraction: float = 0.1, candidates: int = 30,
-                           seed: int = 0) -> dict[str, list[tuple[str, str, int]]]:
+def pivot_paraphrase_pairs(
+    pairs: Sequence[tuple[str, str]], *, test_fraction: float = 0.1, candidates: int = 30, seed: int = 0
+) -> dict[str, list[tuple[str, str, int]]]:
     """Paraphrase pairs ``(a, b, label)`` from translation pairs ``(pivot, text)``, split into
     ``{"train": ..., "test": ...}``.
 
@@ -126,7 +140,7 @@ def pivot_paraphrase_pairs(pairs: Sequence[tuple[str, str]], *, test_fraction: f
     positives, seen = [], set()
     for pivot in sorted(texts_of):
         for a, b in zip(texts_of[pivot][::2], texts_of[pivot][1::2]):
-            if frozenset((a, b)) not in seen:                  # two pivots may share the same two texts
+            if frozenset((a, b)) not in seen:  # two pivots may share the same two texts
                 seen.add(frozenset((a, b)))
                 positives.append((a, b))
     if not positives:
@@ -134,7 +148,9 @@ def pivot_paraphrase_pairs(pairs: Sequence[tuple[str, str]], *, test_fraction: f
     rng = np.random.default_rng(seed)
     components = sorted({root(i) for i in range(len(texts))})
     in_test = dict(zip(components, rng.random(len(components)) < test_fraction))
-    pools = {split: [i for i in range(len(texts)) if in_test[root(i)] == (split == "test")] for split in ("train", "test")}
+    pools = {
+        split: [i for i in range(len(texts)) if in_test[root(i)] == (split == "test")] for split in ("train", "test")
+    }
     words = [_words(t) for t in texts]
     postings: dict[str, dict[str, list[int]]] = {"train": {}, "test": {}}
     for split, pool in pools.items():
@@ -146,15 +162,18 @@ def pivot_paraphrase_pairs(pairs: Sequence[tuple[str, str]], *, test_fraction: f
         i = index[a]
         split = "test" if in_test[root(i)] else "train"
         drawn = []
-        for w in sorted(words[i]):                       # up to `candidates` texts sharing each word
+        for w in sorted(words[i]):  # up to `candidates` texts sharing each word
             posting = postings[split][w]
             drawn.extend(posting[k] for k in rng.integers(len(posting), size=min(candidates, len(posting))))
-        drawn = [j for j in drawn if root(j) != root(i)]      # not linked to a by any chain of pivots
-        if not drawn:                                          # no word in common with any other group
+        drawn = [j for j in drawn if root(j) != root(i)]  # not linked to a by any chain of pivots
+        if not drawn:  # no word in common with any other group
             pool = pools[split]
             drawn = [j for j in (pool[k] for k in rng.integers(len(pool), size=candidates)) if root(j) != root(i)]
-        for first, second, label in [(a, b, 1)] + ([(a, texts[max(drawn, key=lambda j: (
-                len(words[i] & words[j]) / max(1, len(words[i] | words[j])), -j))], 0)] if drawn else []):
+        for first, second, label in [(a, b, 1)] + (
+            [(a, texts[max(drawn, key=lambda j: (len(words[i] & words[j]) / max(1, len(words[i] | words[j])), -j))], 0)]
+            if drawn
+            else []
+        ):
             out[split].append((first, second, label) if rng.random() < 0.5 else (second, first, label))
     return out
 
@@ -259,11 +278,18 @@ class SpanExample(NamedTuple):
 
 def _find(words: Sequence[str], target: Sequence[str]) -> int:
     n = len(target)
-    return next((i for i in range(len(words) - n + 1) if list(words[i:i + n]) == list(target)), -1)
+    return next((i for i in range(len(words) - n + 1) if list(words[i : i + n]) == list(target)), -1)
 
 
-def cloze_span_examples(tokenizer: BatchTokenizer, documents: Sequence[Sequence[str]], max_len: int, *,
-                        question_pieces: int = 40, per_passage: int = 2, seed: int = 0) -> list[SpanExample]:
+def cloze_span_examples(
+    tokenizer: BatchTokenizer,
+    documents: Sequence[Sequence[str]],
+    max_len: int,
+    *,
+    question_pieces: int = 40,
+    per_passage: int = 2,
+    seed: int = 0,
+) -> list[SpanExample]:
     """Extractive cloze questions from articles.
 
     Each article is cut into passages of consecutive sentences of at most ``max_len - 3 -
@@ -280,8 +306,10 @@ def cloze_span_examples(tokenizer: BatchTokenizer, documents: Sequence[Sequence[
     check_max_len(max_len, "cloze_span_examples")
     passage_budget = max_len - 3 - question_pieces
     if passage_budget < 8:
-        raise ValueError(f"cloze_span_examples: max_len={max_len} leaves {passage_budget} pieces for a passage "
-                         f"after a question of {question_pieces}; at least 8 are needed")
+        raise ValueError(
+            f"cloze_span_examples: max_len={max_len} leaves {passage_budget} pieces for a passage "
+            f"after a question of {question_pieces}; at least 8 are needed"
+        )
     rng = np.random.default_rng(seed)
     cls, sep, mask = special_ids(tokenizer)
     out: list[SpanExample] = []
@@ -312,8 +340,13 @@ def cloze_span_examples(tokenizer: BatchTokenizer, documents: Sequence[Sequence[
             p_pieces = [p for k in passage for p in pieces[k]]
             candidates = [answer for k in passage for _, _, answer in entities[k]]
             found = set(candidates)
-            options = [(q, i, j) for q in range(len(document)) if q not in inside
-                       for i, j, answer in entities[q] if answer in found]
+            options = [
+                (q, i, j)
+                for q in range(len(document))
+                if q not in inside
+                for i, j, answer in entities[q]
+                if answer in found
+            ]
             if not options:
                 continue
             chosen, used = [], set()
@@ -332,14 +365,21 @@ def cloze_span_examples(tokenizer: BatchTokenizer, documents: Sequence[Sequence[
                 answer_words = sentence_words[q][i:j]
                 at = _find(p_words, answer_words)
                 first = 2 + len(q_pieces) + sum(len(p) for p in p_pieces[:at])
-                last = first + sum(len(p) for p in p_pieces[at:at + len(answer_words)]) - 1
+                last = first + sum(len(p) for p in p_pieces[at : at + len(answer_words)]) - 1
                 flat = [x for p in p_pieces for x in p]
                 tokens = [cls, *q_pieces, sep, *flat, sep]
                 segments = [0] * (len(q_pieces) + 2) + [1] * (len(flat) + 1)
                 allowed = [False] * (len(q_pieces) + 2) + [True] * len(flat) + [False]
                 question = " ".join([*sentence_words[q][:i], "[MASK]", *sentence_words[q][j:]])
-                out.append(SpanExample(Example(tokens, segments, (first, last), "span", allowed), " ".join(answer_words),
-                                       question, " ".join(p_words), candidates))
+                out.append(
+                    SpanExample(
+                        Example(tokens, segments, (first, last), "span", allowed),
+                        " ".join(answer_words),
+                        question,
+                        " ".join(p_words),
+                        candidates,
+                    )
+                )
     return out
 
 
@@ -357,8 +397,9 @@ def _check_target(index: int, example: Example) -> None:
         raise ValueError(f"FineTuningBatches: example {index}'s tags target must be a list of ints, got {target!r}")
     if kind == "span":
         if not (isinstance(target, (list, tuple)) and len(target) == 2 and all(_is_id(t) for t in target)):
-            raise ValueError(f"FineTuningBatches: example {index}'s span target must be a (start, end) pair of ints, "
-                             f"got {target!r}")
+            raise ValueError(
+                f"FineTuningBatches: example {index}'s span target must be a (start, end) pair of ints, got {target!r}"
+            )
         if example.allowed is None:
             raise ValueError(f"FineTuningBatches: example {index} is a span without allowed positions")
 
@@ -385,8 +426,9 @@ class FineTuningBatches:
             kind, a span example without ``allowed``, or examples whose fields differ in length.
     """
 
-    def __init__(self, examples: Sequence[Example], batch_size: int, *, seed: int = 0, shuffle: bool = True,
-                 bucket: int = 1) -> None:
+    def __init__(
+        self, examples: Sequence[Example], batch_size: int, *, seed: int = 0, shuffle: bool = True, bucket: int = 1
+    ) -> None:
         checks.positive_int("FineTuningBatches", batch_size=batch_size, bucket=bucket)
         if len(examples) == 0:
             raise ValueError("FineTuningBatches: no examples")
@@ -398,8 +440,11 @@ class FineTuningBatches:
         self.kind = kinds[0]
         for index, e in enumerate(examples):
             _check_target(index, e)
-            sizes = {len(e.tokens), len(e.segments)} | ({len(e.target)} if self.kind == "tags" else set()) \
+            sizes = (
+                {len(e.tokens), len(e.segments)}
+                | ({len(e.target)} if self.kind == "tags" else set())
                 | ({len(e.allowed)} if e.allowed is not None else set())
+            )
             if len(sizes) != 1:
                 raise ValueError(f"FineTuningBatches: example {index} has fields of lengths {sorted(sizes)}")
         self.examples, self.batch_size, self.seed, self.shuffle = list(examples), batch_size, seed, shuffle
@@ -446,14 +491,14 @@ class FineTuningBatches:
             return self._epoch_batches[1]
         order, size = self.order(epoch), self.batch_size
         if self.bucket == 1:
-            batches = [order[i:i + size] for i in range(0, len(order), size)]
+            batches = [order[i : i + size] for i in range(0, len(order), size)]
         else:
             lengths = np.array([len(self.examples[int(i)].tokens) for i in order])
             batches = []
             for start in range(0, len(order), self.bucket * size):
-                window = order[start:start + self.bucket * size]
-                window = window[np.argsort(lengths[start:start + len(window)], kind="stable")]
-                batches.extend(window[i:i + size] for i in range(0, len(window), size))
+                window = order[start : start + self.bucket * size]
+                window = window[np.argsort(lengths[start : start + len(window)], kind="stable")]
+                batches.extend(window[i : i + size] for i in range(0, len(window), size))
             if self.shuffle:
                 visit = np.random.default_rng([self.seed, epoch, 1]).permutation(len(batches))
                 batches = [batches[i] for i in visit]
@@ -468,5 +513,7 @@ class FineTuningBatches:
         return (self(step) for step in range(len(self)))
 
     def __repr__(self) -> str:
-        return (f"FineTuningBatches({len(self.examples):,} {self.kind} examples, batch_size={self.batch_size}, "
-                f"{len(self)} batches per epoch{f', bucket={self.bucket}' if self.bucket > 1 else ''})")
+        return (
+            f"FineTuningBatches({len(self.examples):,} {self.kind} examples, batch_size={self.batch_size}, "
+            f"{len(self)} batches per epoch{f', bucket={self.bucket}' if self.bucket > 1 else ''})"
+        )

@@ -67,23 +67,37 @@ class InContextTask:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        checks.positive_int("InContextTask", n_groups=self.n_groups, items_per_group=self.items_per_group,
-                            n_labels=self.n_labels, n_pairs=self.n_pairs)
+        checks.positive_int(
+            "InContextTask",
+            n_groups=self.n_groups,
+            items_per_group=self.items_per_group,
+            n_labels=self.n_labels,
+            n_pairs=self.n_pairs,
+        )
         if self.n_groups < 2:
-            raise ValueError(f"InContextTask: n_groups must be at least 2 (one group needs no context), got {self.n_groups}")
+            raise ValueError(
+                f"InContextTask: n_groups must be at least 2 (one group needs no context), got {self.n_groups}"
+            )
         if self.n_labels < self.n_groups:
-            raise ValueError(f"InContextTask: n_labels={self.n_labels} cannot give {self.n_groups} groups distinct labels")
+            raise ValueError(
+                f"InContextTask: n_labels={self.n_labels} cannot give {self.n_groups} groups distinct labels"
+            )
         if math.perm(self.n_labels, self.n_groups) > 1_000_000:
-            raise ValueError(f"InContextTask: {math.perm(self.n_labels, self.n_groups):,} assignments are too many "
-                             f"to enumerate; use fewer labels or groups")
+            raise ValueError(
+                f"InContextTask: {math.perm(self.n_labels, self.n_groups):,} assignments are too many "
+                f"to enumerate; use fewer labels or groups"
+            )
         checks.probability("InContextTask", "held_out", self.held_out, zero=False)
         patterns = math.perm(self.n_labels - 1, self.n_groups - 1)
         if patterns < 2:
-            raise ValueError(f"InContextTask: {self.n_labels} labels for {self.n_groups} groups give {patterns} rotation "
-                             f"class of assignments; at least 2 are needed to hold one out (use more labels)")
+            raise ValueError(
+                f"InContextTask: {self.n_labels} labels for {self.n_groups} groups give {patterns} rotation "
+                f"class of assignments; at least 2 are needed to hold one out (use more labels)"
+            )
         if max(1, round(self.held_out * patterns)) >= patterns:
-            raise ValueError(f"InContextTask: held_out={self.held_out} of {patterns} rotation classes leaves none "
-                             f"for training")
+            raise ValueError(
+                f"InContextTask: held_out={self.held_out} of {patterns} rotation classes leaves none for training"
+            )
         checks.non_negative_int("InContextTask", seed=self.seed)
 
     @property
@@ -123,7 +137,7 @@ class InContextTask:
         ``split``, then every item uniformly (its group uniformly, then a word of the group)."""
         _check_sample(n, split)
         table = _assignments(self, split)
-        chosen = table[torch.randint(len(table), (n,), generator=generator)]                 # (n, G)
+        chosen = table[torch.randint(len(table), (n,), generator=generator)]  # (n, G)
         groups = torch.randint(self.n_groups, (n, self.n_pairs), generator=generator)
         words = torch.randint(self.items_per_group, (n, self.n_pairs), generator=generator)
         tokens = torch.empty(n, self.length, dtype=torch.long)
@@ -137,7 +151,7 @@ class InContextTask:
         if tokens.dim() != 2 or tokens.shape[1] != self.length:
             raise ValueError(f"InContextTask.batch: tokens must be (B, {self.length}), got {tuple(tokens.shape)}")
         x, y = tokens[:, :-1], tokens[:, 1:].clone()
-        y[:, 0::2] = IGNORE_INDEX                       # the next token is an item: random, not a question
+        y[:, 0::2] = IGNORE_INDEX  # the next token is an item: random, not a question
         return InContextBatch(x, y)
 
 
@@ -148,12 +162,14 @@ def _assignments(task: InContextTask, split: str) -> torch.Tensor:
     equally often the label of every group (no label is rarer in the test split, which a model
     could otherwise exploit, or suffer from, before any demonstration)."""
     G, L = task.n_groups, task.n_labels
-    patterns = [p for p in itertools.permutations(range(1, L), G - 1)]       # distinct non-zero offsets
+    patterns = [p for p in itertools.permutations(range(1, L), G - 1)]  # distinct non-zero offsets
     order = torch.randperm(len(patterns), generator=torch.Generator().manual_seed(task.seed)).tolist()
     n_test = max(1, round(task.held_out * len(patterns)))
     if n_test >= len(patterns):
-        raise ValueError(f"InContextTask: held_out={task.held_out} leaves no assignment for training "
-                         f"({len(patterns)} offset patterns)")
+        raise ValueError(
+            f"InContextTask: held_out={task.held_out} leaves no assignment for training "
+            f"({len(patterns)} offset patterns)"
+        )
     chosen = sorted(order[:n_test]) if split == "test" else sorted(order[n_test:])
     rows = [[first, *((first + offset) % L for offset in patterns[i])] for i in chosen for first in range(L)]
     return torch.tensor(sorted(rows))

@@ -47,8 +47,18 @@ from transformer_book.data.wikitext import read_split
 from transformer_book.tokenizers.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 
 __all__ = [
-    "IGNORE_INDEX", "check_max_len", "wikitext2_documents", "SentencePair", "make_sentence_pairs", "encode_pair",
-    "EncodedPairs", "encode_sentence_pairs", "pack_documents", "maskable_positions", "mask_tokens", "PretrainingBatch",
+    "IGNORE_INDEX",
+    "check_max_len",
+    "wikitext2_documents",
+    "SentencePair",
+    "make_sentence_pairs",
+    "encode_pair",
+    "EncodedPairs",
+    "encode_sentence_pairs",
+    "pack_documents",
+    "maskable_positions",
+    "mask_tokens",
+    "PretrainingBatch",
     "PretrainingBatches",
 ]
 
@@ -65,6 +75,7 @@ def _is_int(value: object) -> bool:
 
 
 # ----------------------------------------------------------------------------- documents
+
 
 def _detokenise(tokens: list[str]) -> str:
     text = " ".join("[UNK]" if token == "<unk>" else token for token in tokens)
@@ -157,6 +168,7 @@ def wikitext2_documents(split: str = "train", *, download: bool = True) -> list[
 
 # ----------------------------------------------------------------------------- sentence pairs
 
+
 class SentencePair(NamedTuple):
     """Two sentences for next-sentence prediction; ``is_next`` when ``b`` follows ``a`` in its document."""
 
@@ -168,22 +180,27 @@ class SentencePair(NamedTuple):
 def _check_documents(documents: Sequence[Sequence[str]], next_prob: float, seed: int) -> None:
     """At least two documents, each a non-empty list of str sentences; ``next_prob`` in [0, 1]; a non-negative seed."""
     if isinstance(documents, str) or len(documents) < 2:
-        raise ValueError(f"make_sentence_pairs: documents must be a list of at least 2 documents (lists of "
-                         f"sentences), got {len(documents) if not isinstance(documents, str) else 'a str'}")
+        raise ValueError(
+            f"make_sentence_pairs: documents must be a list of at least 2 documents (lists of "
+            f"sentences), got {len(documents) if not isinstance(documents, str) else 'a str'}"
+        )
     checks.probability("make_sentence_pairs", "next_prob", next_prob, one=True)
     checks.integer("make_sentence_pairs", "seed", seed, minimum=0, kinds=_INTS)
     for index, document in enumerate(documents):
         if isinstance(document, str) or len(document) == 0:
-            raise ValueError(f"make_sentence_pairs: document {index} must be a non-empty list of sentences, "
-                             f"got {document!r:.60}")
+            raise ValueError(
+                f"make_sentence_pairs: document {index} must be a non-empty list of sentences, got {document!r:.60}"
+            )
         for sentence in document:
             if not isinstance(sentence, str):
-                raise ValueError(f"make_sentence_pairs: document {index} holds a {type(sentence).__name__}, "
-                                 "expected str sentences")
+                raise ValueError(
+                    f"make_sentence_pairs: document {index} holds a {type(sentence).__name__}, expected str sentences"
+                )
 
 
-def make_sentence_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0,
-                        next_prob: float = 0.5) -> list[SentencePair]:
+def make_sentence_pairs(
+    documents: Sequence[Sequence[str]], *, seed: int = 0, next_prob: float = 0.5
+) -> list[SentencePair]:
     """One NSP pair for every sentence that has a next sentence in its document.
 
     Sentence :math:`a = d_i` of document :math:`d` is paired, with probability ``next_prob``,
@@ -207,19 +224,21 @@ def make_sentence_pairs(documents: Sequence[Sequence[str]], *, seed: int = 0,
     rng = np.random.default_rng(seed)
     is_next = rng.random(len(source)) < next_prob
     other = rng.integers(0, len(sentences) - lengths[doc])  # an index among the other documents' sentences
-    other = other + lengths[doc] * (other >= starts[doc])     # ... skipping the document's own block
+    other = other + lengths[doc] * (other >= starts[doc])  # ... skipping the document's own block
     partner = np.where(is_next, source + 1, other)
     return [SentencePair(sentences[a], sentences[b], bool(n)) for a, b, n in zip(source, partner, is_next)]
 
 
 # ----------------------------------------------------------------------------- encoding
 
+
 def check_max_len(max_len: object, where: str) -> None:
     """Refuse a ``max_len`` that cannot hold a pair: at least 5 ids, ``[CLS] a [SEP] b [SEP]``
     with one token each (the fine-tuning examples share the rule)."""
     if not _is_int(max_len) or max_len < 5:
-        raise ValueError(f"{where}: max_len must be an int >= 5 ([CLS] a [SEP] b [SEP] with one token each), "
-                         f"got {max_len!r}")
+        raise ValueError(
+            f"{where}: max_len must be an int >= 5 ([CLS] a [SEP] b [SEP] with one token each), got {max_len!r}"
+        )
 
 
 def _truncated(len_a: int, len_b: int, max_len: int, where: str) -> tuple[int, int]:
@@ -261,8 +280,11 @@ def special_ids(tokenizer: Tokenizer) -> tuple[int, int, int]:
     """The ``([CLS], [SEP], [MASK])`` ids of ``tokenizer``: its ``cls_id``, ``sep_id`` and
     ``mask_id`` (a pretrained vocabulary's, 101, 102 and 103 in ``bert-base-uncased``), or the
     book's own 2, 3 and 4 for a tokenizer that does not say."""
-    return (getattr(tokenizer, "cls_id", CLS_ID), getattr(tokenizer, "sep_id", SEP_ID),
-            getattr(tokenizer, "mask_id", MASK_ID))
+    return (
+        getattr(tokenizer, "cls_id", CLS_ID),
+        getattr(tokenizer, "sep_id", SEP_ID),
+        getattr(tokenizer, "mask_id", MASK_ID),
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -287,24 +309,35 @@ class EncodedPairs:
             value = np.asarray(getattr(self, name))
             kind = "b" if name == "is_next" else "iu"
             if value.ndim != 1 or (value.size and value.dtype.kind not in kind):
-                raise ValueError(f"EncodedPairs: {name} must be a 1-D {'bool' if kind == 'b' else 'integer'} array, "
-                                 f"got shape {value.shape}, dtype {value.dtype}")
+                raise ValueError(
+                    f"EncodedPairs: {name} must be a 1-D {'bool' if kind == 'b' else 'integer'} array, "
+                    f"got shape {value.shape}, dtype {value.dtype}"
+                )
             object.__setattr__(self, name, value)
         n = len(self.is_next)
         if len(self.offsets) != n + 1 or len(self.first_lengths) != n or int(self.offsets[-1]) != len(self.ids):
-            raise ValueError(f"EncodedPairs: inconsistent arrays: {n} labels, {len(self.offsets)} offsets, "
-                             f"{len(self.first_lengths)} first lengths, {len(self.ids)} ids")
-        single = self.first_lengths == self.lengths                  # [CLS] a [SEP]: one segment, no B
+            raise ValueError(
+                f"EncodedPairs: inconsistent arrays: {n} labels, {len(self.offsets)} offsets, "
+                f"{len(self.first_lengths)} first lengths, {len(self.ids)} ids"
+            )
+        single = self.first_lengths == self.lengths  # [CLS] a [SEP]: one segment, no B
         if n and (np.any(self.first_lengths < 3) or np.any((self.first_lengths > self.lengths - 2) & ~single)):
-            raise ValueError("EncodedPairs: every pair needs [CLS] a [SEP] b [SEP] with non-empty a and b "
-                             "(or [CLS] a [SEP], a single segment)")
+            raise ValueError(
+                "EncodedPairs: every pair needs [CLS] a [SEP] b [SEP] with non-empty a and b "
+                "(or [CLS] a [SEP], a single segment)"
+            )
         if n:
             starts, ends = self.offsets[:-1], self.offsets[1:]
-            bad = (self.ids[starts] != CLS_ID) | (self.ids[starts + self.first_lengths - 1] != SEP_ID) | \
-                (self.ids[ends - 1] != SEP_ID)
+            bad = (
+                (self.ids[starts] != CLS_ID)
+                | (self.ids[starts + self.first_lengths - 1] != SEP_ID)
+                | (self.ids[ends - 1] != SEP_ID)
+            )
             if bad.any():
-                raise ValueError(f"EncodedPairs: pair {int(np.flatnonzero(bad)[0])} is not laid out as "
-                                 f"[CLS] a [SEP] b [SEP] (ids {CLS_ID} and {SEP_ID})")
+                raise ValueError(
+                    f"EncodedPairs: pair {int(np.flatnonzero(bad)[0])} is not laid out as "
+                    f"[CLS] a [SEP] b [SEP] (ids {CLS_ID} and {SEP_ID})"
+                )
 
     @classmethod
     def from_examples(cls, examples: Sequence[tuple[Sequence[int], Sequence[int], bool]]) -> EncodedPairs:
@@ -319,14 +352,20 @@ class EncodedPairs:
             segments = list(segments)
             n_first = segments.count(0)
             if len(tokens) != len(segments) or segments != [0] * n_first + [1] * (len(segments) - n_first):
-                raise ValueError(f"EncodedPairs.from_examples: example {index} needs as many segments as ids, "
-                                 f"zeros then ones; got {len(tokens)} ids and segments {segments}")
+                raise ValueError(
+                    f"EncodedPairs.from_examples: example {index} needs as many segments as ids, "
+                    f"zeros then ones; got {len(tokens)} ids and segments {segments}"
+                )
             ids.extend(tokens)
             offsets.append(len(ids))
             firsts.append(n_first)
             labels.append(bool(is_next))
-        return cls(np.asarray(ids, dtype=np.int32), np.asarray(offsets, dtype=np.int64),
-                   np.asarray(firsts, dtype=np.int64), np.asarray(labels, dtype=bool))
+        return cls(
+            np.asarray(ids, dtype=np.int32),
+            np.asarray(offsets, dtype=np.int64),
+            np.asarray(firsts, dtype=np.int64),
+            np.asarray(labels, dtype=bool),
+        )
 
     def __len__(self) -> int:
         return len(self.is_next)
@@ -343,7 +382,7 @@ class EncodedPairs:
         if not -len(self) <= index < len(self):
             raise IndexError(f"EncodedPairs: index {index} is outside the {len(self)} pairs")
         index = int(index) % len(self)
-        ids = self.ids[self.offsets[index]:self.offsets[index + 1]].tolist()
+        ids = self.ids[self.offsets[index] : self.offsets[index + 1]].tolist()
         n_first = int(self.first_lengths[index])
         return ids, [0] * n_first + [1] * (len(ids) - n_first), bool(self.is_next[index])
 
@@ -351,8 +390,9 @@ class EncodedPairs:
         return (self[i] for i in range(len(self)))
 
 
-def encode_sentence_pairs(tokenizer: Tokenizer, pairs: Sequence[SentencePair], max_len: int,
-                          *, chunk_size: int = 8192) -> EncodedPairs:
+def encode_sentence_pairs(
+    tokenizer: Tokenizer, pairs: Sequence[SentencePair], max_len: int, *, chunk_size: int = 8192
+) -> EncodedPairs:
     """:func:`encode_pair` for every pair, packed into :class:`EncodedPairs` for :class:`PretrainingBatches`.
 
     Every distinct sentence is encoded once (most are both an A and a B), with the
@@ -370,9 +410,12 @@ def encode_sentence_pairs(tokenizer: Tokenizer, pairs: Sequence[SentencePair], m
     texts = list(position)
     encoded: list[np.ndarray] = []
     for start in range(0, len(texts), chunk_size):
-        chunk = texts[start:start + chunk_size]
-        ids = tokenizer.encode_batch(chunk) if hasattr(tokenizer, "encode_batch") else \
-            [tokenizer.encode(text) for text in chunk]
+        chunk = texts[start : start + chunk_size]
+        ids = (
+            tokenizer.encode_batch(chunk)
+            if hasattr(tokenizer, "encode_batch")
+            else [tokenizer.encode(text) for text in chunk]
+        )
         encoded.extend(np.asarray(x, dtype=np.int32) for x in ids)
     cls, sep = np.array([CLS_ID], dtype=np.int32), np.array([SEP_ID], dtype=np.int32)
     pieces, lengths, firsts = [], [], []
@@ -384,9 +427,9 @@ def encode_sentence_pairs(tokenizer: Tokenizer, pairs: Sequence[SentencePair], m
         firsts.append(len_a + 2)
     flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
     offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
-    return EncodedPairs(flat, offsets, np.asarray(firsts, dtype=np.int64),
-                        np.asarray([bool(pair[2]) for pair in pairs], dtype=bool))
-
+    return EncodedPairs(
+        flat, offsets, np.asarray(firsts, dtype=np.int64), np.asarray([bool(pair[2]) for pair in pairs], dtype=bool)
+    )
 
 
 def _chunks(sentences: Sequence[np.ndarray], size: int) -> list[list[np.ndarray]]:
@@ -396,7 +439,7 @@ def _chunks(sentences: Sequence[np.ndarray], size: int) -> list[list[np.ndarray]
     current: list[np.ndarray] = []
     length = 0
     for sentence in sentences:
-        parts = [sentence[i:i + size] for i in range(0, len(sentence), size)]
+        parts = [sentence[i : i + size] for i in range(0, len(sentence), size)]
         for part in parts:
             if length + len(part) > size:
                 chunks.append(current)
@@ -408,8 +451,15 @@ def _chunks(sentences: Sequence[np.ndarray], size: int) -> list[list[np.ndarray]
     return chunks
 
 
-def pack_documents(tokenizer: Tokenizer, documents: Sequence[Sequence[str]], max_len: int, *, nsp: bool = True,
-                   seed: int = 0, next_prob: float = 0.5) -> EncodedPairs:
+def pack_documents(
+    tokenizer: Tokenizer,
+    documents: Sequence[Sequence[str]],
+    max_len: int,
+    *,
+    nsp: bool = True,
+    seed: int = 0,
+    next_prob: float = 0.5,
+) -> EncodedPairs:
     r"""Documents cut into sequences that fill ``max_len`` pieces: BERT's own data, or RoBERTa's.
 
     Each document's sentences are encoded (``tokenizer.encode_batch``) and gathered in order into
@@ -439,15 +489,18 @@ def pack_documents(tokenizer: Tokenizer, documents: Sequence[Sequence[str]], max
     checks.probability("pack_documents", "next_prob", next_prob, one=True)
     checks.integer("pack_documents", "seed", seed, minimum=0, kinds=_INTS)
     if isinstance(documents, str) or len(documents) < (2 if nsp else 1):
-        raise ValueError(f"pack_documents: documents must be a list of at least {2 if nsp else 1} documents "
-                         f"(lists of sentences)")
+        raise ValueError(
+            f"pack_documents: documents must be a list of at least {2 if nsp else 1} documents (lists of sentences)"
+        )
     texts = [sentence for document in documents for sentence in document]
     if not all(isinstance(text, str) for text in texts):
         raise ValueError("pack_documents: every sentence must be a str")
-    encoded = tokenizer.encode_batch(texts) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(t) for t in texts]
+    encoded = (
+        tokenizer.encode_batch(texts) if hasattr(tokenizer, "encode_batch") else [tokenizer.encode(t) for t in texts]
+    )
     docs, start = [], 0
     for document in documents:
-        ids = [np.asarray(x, dtype=np.int32) for x in encoded[start:start + len(document)]]
+        ids = [np.asarray(x, dtype=np.int32) for x in encoded[start : start + len(document)]]
         start += len(document)
         ids = [x for x in ids if len(x)]
         if ids:
@@ -456,20 +509,22 @@ def pack_documents(tokenizer: Tokenizer, documents: Sequence[Sequence[str]], max
         raise ValueError("pack_documents: no sentence encodes to any piece")
     examples: list[tuple[np.ndarray, np.ndarray | None, bool]] = []
     if not nsp:
-        examples = [(np.concatenate(chunk), None, True) for document in docs for chunk in _chunks(document, max_len - 2)]
+        examples = [
+            (np.concatenate(chunk), None, True) for document in docs for chunk in _chunks(document, max_len - 2)
+        ]
     else:
         if len(docs) < 2:
             raise ValueError("pack_documents: next-sentence prediction needs at least 2 documents with text")
         rng = np.random.default_rng(seed)
         size = max_len - 3
         for index, document in enumerate(docs):
-            pending = [part for chunk in _chunks(document, size) for part in chunk]   # sentences, none > size
+            pending = [part for chunk in _chunks(document, size) for part in chunk]  # sentences, none > size
             while pending:
                 chunk, length = [], 0
                 while pending and length + len(pending[0]) <= size:
                     length += len(pending[0])
                     chunk.append(pending.pop(0))
-                if len(chunk) == 1:                                          # one sentence: cut in the middle
+                if len(chunk) == 1:  # one sentence: cut in the middle
                     sentence = chunk[0]
                     half = max(1, len(sentence) // 2)
                     a, rest = sentence[:half], [sentence[half:]] if len(sentence) > 1 else []
@@ -481,14 +536,14 @@ def pack_documents(tokenizer: Tokenizer, documents: Sequence[Sequence[str]], max
                     examples.append((a, np.concatenate(rest), True))
                     continue
                 other = int(rng.integers(len(docs) - 1))
-                other += other >= index                                       # never this document
-                room = size - len(a)                                          # >= 1: a never fills the chunk
+                other += other >= index  # never this document
+                room = size - len(a)  # >= 1: a never fills the chunk
                 b, i = [], int(rng.integers(len(docs[other])))
                 while i < len(docs[other]) and sum(len(x) for x in b) < room:
                     b.append(docs[other][i])
                     i += 1
                 examples.append((a, np.concatenate(b)[:room], False))
-                pending = rest + pending                                     # the unused rest comes back
+                pending = rest + pending  # the unused rest comes back
     ids, offsets, firsts, labels = [], [0], [], []
     cls, sep = np.array([CLS_ID], dtype=np.int32), np.array([SEP_ID], dtype=np.int32)
     for a, b, is_next in examples:
@@ -503,22 +558,38 @@ def pack_documents(tokenizer: Tokenizer, documents: Sequence[Sequence[str]], max
             firsts.append(len_a + 2)
             offsets.append(offsets[-1] + len_a + len_b + 3)
         labels.append(is_next)
-    return EncodedPairs(np.concatenate(ids), np.asarray(offsets, dtype=np.int64), np.asarray(firsts, dtype=np.int64),
-                        np.asarray(labels, dtype=bool))
+    return EncodedPairs(
+        np.concatenate(ids),
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(firsts, dtype=np.int64),
+        np.asarray(labels, dtype=bool),
+    )
+
 
 # ----------------------------------------------------------------------------- masking
+
 
 def maskable_positions(tokens: torch.Tensor, special_ids: Sequence[int]) -> torch.Tensor:
     """``(B, n)`` bool, ``True`` where ``tokens`` holds none of ``special_ids`` (padding included)."""
     if not isinstance(tokens, torch.Tensor) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-        raise ValueError(f"maskable_positions: tokens must be an integer tensor, got "
-                         f"{tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__}")
+        raise ValueError(
+            f"maskable_positions: tokens must be an integer tensor, got "
+            f"{tokens.dtype if isinstance(tokens, torch.Tensor) else type(tokens).__name__}"
+        )
     special = torch.as_tensor(list(special_ids), dtype=tokens.dtype, device=tokens.device)
     return ~torch.isin(tokens, special)
 
 
-def _check_masking(where: str, *, mask_id: int, vocab_size: int, first_normal_id: int, select_prob: float,
-                   mask_prob: float, random_prob: float) -> None:
+def _check_masking(
+    where: str,
+    *,
+    mask_id: int,
+    vocab_size: int,
+    first_normal_id: int,
+    select_prob: float,
+    mask_prob: float,
+    random_prob: float,
+) -> None:
     checks.integer(where, "vocab_size", vocab_size, minimum=1, kinds=_INTS)
     checks.integer(where, "mask_id", mask_id, minimum=0, below=vocab_size, kinds=_INTS)
     checks.integer(where, "first_normal_id", first_normal_id, minimum=0, below=vocab_size, kinds=_INTS)
@@ -529,29 +600,53 @@ def _check_masking(where: str, *, mask_id: int, vocab_size: int, first_normal_id
         raise ValueError(f"{where}: mask_prob + random_prob must be at most 1, got {mask_prob} + {random_prob}")
 
 
-def _check_mask_tokens(tokens: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator, mask_id: int,
-                       vocab_size: int, first_normal_id: int, select_prob: float, mask_prob: float,
-                       random_prob: float) -> None:
+def _check_mask_tokens(
+    tokens: torch.Tensor,
+    maskable: torch.Tensor,
+    generator: torch.Generator,
+    mask_id: int,
+    vocab_size: int,
+    first_normal_id: int,
+    select_prob: float,
+    mask_prob: float,
+    random_prob: float,
+) -> None:
     """The arguments of :func:`mask_tokens`: ``(B, n)`` int64 tokens in the vocabulary, a bool
     ``maskable`` of their shape, a generator on their device, and valid masking rates."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
-        what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) \
+        what = (
+            f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
+            if isinstance(tokens, torch.Tensor)
             else type(tokens).__name__
+        )
         raise ValueError(f"mask_tokens: tokens must be a (B, n) int64 tensor, got {what}")
     if not isinstance(maskable, torch.Tensor) or maskable.dtype != torch.bool or maskable.shape != tokens.shape:
-        what = f"shape {tuple(maskable.shape)}, dtype {maskable.dtype}" if isinstance(maskable, torch.Tensor) \
+        what = (
+            f"shape {tuple(maskable.shape)}, dtype {maskable.dtype}"
+            if isinstance(maskable, torch.Tensor)
             else type(maskable).__name__
-        raise ValueError(f"mask_tokens: maskable must be a bool tensor of the tokens' shape "
-                         f"{tuple(tokens.shape)}, got {what}")
-    _check_masking("mask_tokens", mask_id=mask_id, vocab_size=vocab_size, first_normal_id=first_normal_id,
-                   select_prob=select_prob, mask_prob=mask_prob, random_prob=random_prob)
+        )
+        raise ValueError(
+            f"mask_tokens: maskable must be a bool tensor of the tokens' shape {tuple(tokens.shape)}, got {what}"
+        )
+    _check_masking(
+        "mask_tokens",
+        mask_id=mask_id,
+        vocab_size=vocab_size,
+        first_normal_id=first_normal_id,
+        select_prob=select_prob,
+        mask_prob=mask_prob,
+        random_prob=random_prob,
+    )
     if not isinstance(generator, torch.Generator) or generator.device != tokens.device:
         where = generator.device if isinstance(generator, torch.Generator) else type(generator).__name__
-        raise ValueError(f"mask_tokens: generator must be a torch.Generator on the tokens' device "
-                         f"{tokens.device}, got {where}")
+        raise ValueError(
+            f"mask_tokens: generator must be a torch.Generator on the tokens' device {tokens.device}, got {where}"
+        )
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise ValueError(f"mask_tokens: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside "
-                         f"[0, {vocab_size})")
+        raise ValueError(
+            f"mask_tokens: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside [0, {vocab_size})"
+        )
 
 
 def mask_tokens(
@@ -590,7 +685,9 @@ def mask_tokens(
             ``[0, 1]`` or summing to more than 1, ``first_normal_id`` outside
             ``[0, vocab_size)``, a generator on another device.
     """
-    _check_mask_tokens(tokens, maskable, generator, mask_id, vocab_size, first_normal_id, select_prob, mask_prob, random_prob)
+    _check_mask_tokens(
+        tokens, maskable, generator, mask_id, vocab_size, first_normal_id, select_prob, mask_prob, random_prob
+    )
     device = tokens.device
     selected = maskable & (torch.rand(tokens.shape, generator=generator, device=device) < select_prob)
     kind = torch.rand(tokens.shape, generator=generator, device=device)
@@ -604,6 +701,7 @@ def mask_tokens(
 
 
 # ----------------------------------------------------------------------------- batches
+
 
 class PretrainingBatches:
     """Padded, masked batches of encoded sentence pairs, addressable by training step.
@@ -656,20 +754,30 @@ class PretrainingBatches:
         pad_id: int = PAD_ID,
     ) -> None:
         if not isinstance(pairs, EncodedPairs):
-            raise ValueError(f"PretrainingBatches: pairs must be EncodedPairs (see encode_sentence_pairs), "
-                             f"got {type(pairs).__name__}")
+            raise ValueError(
+                f"PretrainingBatches: pairs must be EncodedPairs (see encode_sentence_pairs), "
+                f"got {type(pairs).__name__}"
+            )
         if len(pairs) == 0:
             raise ValueError("PretrainingBatches: no pairs")
         checks.integer("PretrainingBatches", "batch_size", batch_size, minimum=1, kinds=_INTS)
         checks.integer("PretrainingBatches", "vocab_size", vocab_size, minimum=1, kinds=_INTS)
         checks.integer("PretrainingBatches", "seed", seed, minimum=0, kinds=_INTS)
         if int(pairs.ids.min()) < 0 or int(pairs.ids.max()) >= vocab_size:
-            raise ValueError(f"PretrainingBatches: the pairs hold ids in [{int(pairs.ids.min())}, "
-                             f"{int(pairs.ids.max())}], outside [0, {vocab_size}): another tokenizer's ids?")
+            raise ValueError(
+                f"PretrainingBatches: the pairs hold ids in [{int(pairs.ids.min())}, "
+                f"{int(pairs.ids.max())}], outside [0, {vocab_size}): another tokenizer's ids?"
+            )
         self.pairs, self.batch_size, self.seed, self.shuffle = pairs, int(batch_size), int(seed), shuffle
         self.vocab_size, self.pad_id = int(vocab_size), pad_id
-        self._masking = dict(mask_id=mask_id, vocab_size=self.vocab_size, first_normal_id=first_normal_id,
-                             select_prob=select_prob, mask_prob=mask_prob, random_prob=random_prob)
+        self._masking = dict(
+            mask_id=mask_id,
+            vocab_size=self.vocab_size,
+            first_normal_id=first_normal_id,
+            select_prob=select_prob,
+            mask_prob=mask_prob,
+            random_prob=random_prob,
+        )
         _check_masking("PretrainingBatches", **self._masking)
         if isinstance(special_ids, (str, bytes)) or not all(_is_int(i) for i in special_ids):
             raise ValueError(f"PretrainingBatches: special_ids must be a sequence of ints, got {special_ids!r}")
@@ -702,11 +810,12 @@ class PretrainingBatches:
         segments = np.zeros_like(tokens)
         for row, index in enumerate(indices):
             start, end = int(pairs.offsets[index]), int(pairs.offsets[index + 1])
-            tokens[row, :end - start] = pairs.ids[start:end]
-            segments[row, int(pairs.first_lengths[index]):end - start] = 1
+            tokens[row, : end - start] = pairs.ids[start:end]
+            segments[row, int(pairs.first_lengths[index]) : end - start] = 1
         tokens = torch.from_numpy(tokens)
-        inputs, targets = mask_tokens(tokens, maskable=maskable_positions(tokens, self.special_ids),
-                                      generator=generator, **self._masking)
+        inputs, targets = mask_tokens(
+            tokens, maskable=maskable_positions(tokens, self.special_ids), generator=generator, **self._masking
+        )
         is_next = torch.from_numpy(pairs.is_next[np.asarray(indices)].astype(np.int64))
         return PretrainingBatch(inputs, torch.from_numpy(segments), targets, is_next)
 
@@ -717,7 +826,7 @@ class PretrainingBatches:
         key = int(step) if self.shuffle else index
         seed = np.random.SeedSequence([self.seed, 1, key]).generate_state(1, dtype=np.uint64)[0]
         generator = torch.Generator().manual_seed(int(seed))
-        rows = self._order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        rows = self._order(epoch)[index * self.batch_size : (index + 1) * self.batch_size]
         return self.collate(rows, generator)
 
     def __iter__(self) -> Iterator[PretrainingBatch]:
@@ -725,5 +834,7 @@ class PretrainingBatches:
         return (self(step) for step in range(len(self)))
 
     def __repr__(self) -> str:
-        return (f"PretrainingBatches({len(self.pairs)} pairs, batch_size={self.batch_size}, {len(self)} batches "
-                f"per epoch, shuffle={self.shuffle})")
+        return (
+            f"PretrainingBatches({len(self.pairs)} pairs, batch_size={self.batch_size}, {len(self)} batches "
+            f"per epoch, shuffle={self.shuffle})"
+        )

@@ -26,8 +26,14 @@ class UnknownFileError(KeyError, ValueError):
 def _check_path_part(value: object, what: str) -> None:
     """A corpus or file name becomes one folder or file name in the cache: refuse one that
     would lead elsewhere (``../x``, ``a/b``, an absolute path) or name no file (``""``, ``.``)."""
-    if (not isinstance(value, str) or value in ("", ".", "..") or "/" in value or "\\" in value
-            or "\0" in value or value != value.strip()):
+    if (
+        not isinstance(value, str)
+        or value in ("", ".", "..")
+        or "/" in value
+        or "\\" in value
+        or "\0" in value
+        or value != value.strip()
+    ):
         raise ValueError(f"{what} must be a plain file name (no '/', '\\', '..' or surrounding spaces), got {value!r}")
 
 
@@ -82,8 +88,7 @@ class Corpus:
             if remote.name == name:
                 return remote
         raise UnknownFileError(
-            f"corpus {self.name!r} has no file {name!r}; available files: "
-            + ", ".join(self.file_names)
+            f"corpus {self.name!r} has no file {name!r}; available files: " + ", ".join(self.file_names)
         )
 
 
@@ -104,41 +109,42 @@ _MULTI30K_FILES = (
     ("train.en.gz", "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f", 568929),
     ("val.de.gz", "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a", 24681),
     ("val.en.gz", "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28", 21650),
-    ("test_2016_flickr.de.gz",
-     "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8", 22890),
-    ("test_2016_flickr.en.gz",
-     "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9", 21077),
+    ("test_2016_flickr.de.gz", "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8", 22890),
+    ("test_2016_flickr.en.gz", "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9", 21077),
 )
 
 _CORPUS_LIST = (
     Corpus(
         name="tinyshakespeare",
-        description="Tiny Shakespeare: ~1.1 MB of Shakespeare's plays, 65 distinct characters "
-        "(Karpathy's char-rnn).",
+        description="Tiny Shakespeare: ~1.1 MB of Shakespeare's plays, 65 distinct characters (Karpathy's char-rnn).",
         licence="Public-domain text (Shakespeare); the char-rnn repository is MIT.",
         citation="karpathy2015charrnn",
         attribution="",
         homepage="https://github.com/karpathy/char-rnn",
         files=(
-            RemoteFile("input.txt", _raw(*_CHAR_RNN, "data/tinyshakespeare/input.txt"),
-                       "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-                       1115394),
+            RemoteFile(
+                "input.txt",
+                _raw(*_CHAR_RNN, "data/tinyshakespeare/input.txt"),
+                "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+                1115394,
+            ),
         ),
     ),
     Corpus(
         name="odyssey",
         description="Homer's Odyssey, tr. Samuel Butler (1900), Project Gutenberg eBook #1727, "
         "with the Gutenberg header and licence (use load_odyssey() for the clean text).",
-        licence="Public domain (Butler died 1902); the Gutenberg header and licence are removed "
-        "by the loader.",
+        licence="Public domain (Butler died 1902); the Gutenberg header and licence are removed by the loader.",
         citation="butler1900odyssey",
         attribution="",
         homepage="https://www.gutenberg.org/ebooks/1727",
         files=(
-            RemoteFile("odyssey_pg1727.txt",
-                       _raw(*_RANDOM_WORDS, "sources/classics/odyssey.txt"),
-                       "aa99c1d597c030db9814da86d52e6559d0dadb011bf30da9b15c0a2dba71ae5f",
-                       717897),
+            RemoteFile(
+                "odyssey_pg1727.txt",
+                _raw(*_RANDOM_WORDS, "sources/classics/odyssey.txt"),
+                "aa99c1d597c030db9814da86d52e6559d0dadb011bf30da9b15c0a2dba71ae5f",
+                717897,
+            ),
         ),
     ),
     Corpus(
@@ -150,9 +156,12 @@ _CORPUS_LIST = (
         attribution="www.manythings.org/anki and tatoeba.org",
         homepage="https://www.manythings.org/anki/",
         files=(
-            RemoteFile("deu-eng.zip", _raw(*_TRANSLATION, "deu-eng.zip"),
-                       "b7688f84f99fa33c17397c14d8bd9cef1fdeb2ee0bf50074767023aee8926e28",
-                       4012023),
+            RemoteFile(
+                "deu-eng.zip",
+                _raw(*_TRANSLATION, "deu-eng.zip"),
+                "b7688f84f99fa33c17397c14d8bd9cef1fdeb2ee0bf50074767023aee8926e28",
+                4012023,
+            ),
         ),
     ),
     Corpus(
@@ -171,8 +180,7 @@ _CORPUS_LIST = (
     ),
     Corpus(
         name="wikitext2",
-        description="WikiText-2 v1, tokenised (with <unk> and @-@): train/valid/test of "
-        "2.09M / 218k / 246k tokens.",
+        description="WikiText-2 v1, tokenised (with <unk> and @-@): train/valid/test of 2.09M / 218k / 246k tokens.",
         licence="CC BY-SA (Wikipedia text); share derivatives of the text alike.",
         citation="merity2016pointer",
         attribution="",
@@ -182,18 +190,24 @@ _CORPUS_LIST = (
         # shared copy; that copy was rebuilt from another encoding and has the same blob id,
         # so the sha256 below is that of the upstream file.
         files=(
-            RemoteFile("train.txt",
-                       _raw(*_PYTORCH_EXAMPLES, "word_language_model/data/wikitext-2/train.txt"),
-                       "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
-                       10797148),
-            RemoteFile("valid.txt",
-                       _raw(*_PYTORCH_EXAMPLES, "word_language_model/data/wikitext-2/valid.txt"),
-                       "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
-                       1121681),
-            RemoteFile("test.txt",
-                       _raw(*_PYTORCH_EXAMPLES, "word_language_model/data/wikitext-2/test.txt"),
-                       "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
-                       1256449),
+            RemoteFile(
+                "train.txt",
+                _raw(*_PYTORCH_EXAMPLES, "word_language_model/data/wikitext-2/train.txt"),
+                "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
+                10797148,
+            ),
+            RemoteFile(
+                "valid.txt",
+                _raw(*_PYTORCH_EXAMPLES, "word_language_model/data/wikitext-2/valid.txt"),
+                "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
+                1121681,
+            ),
+            RemoteFile(
+                "test.txt",
+                _raw(*_PYTORCH_EXAMPLES, "word_language_model/data/wikitext-2/test.txt"),
+                "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+                1256449,
+            ),
         ),
     ),
     Corpus(
@@ -206,15 +220,24 @@ _CORPUS_LIST = (
         homepage="https://nlp.stanford.edu/sentiment/",
         files=(
             # Upstream calls the full training set train_full.tsv; locally it is train.tsv.
-            RemoteFile("train.tsv", _raw(*_AUTOPROMPT, "glue_data/SST-2/train_full.tsv"),
-                       "48eac26399f8456935f81dd9e3a745c1430adb6c62e233ccfe22db4a0d15d1d1",
-                       3806081),
-            RemoteFile("dev.tsv", _raw(*_AUTOPROMPT, "glue_data/SST-2/dev.tsv"),
-                       "54a9c12c77e402fc14d6a66a506f24d999f596b0176eb777c972cccc2f9cc4b0",
-                       94931),
-            RemoteFile("test.tsv", _raw(*_AUTOPROMPT, "glue_data/SST-2/test.tsv"),
-                       "69a938605609b3e6663b4487918fe1565eb293734e6e520d0366d1d412fd2a13",
-                       197335),
+            RemoteFile(
+                "train.tsv",
+                _raw(*_AUTOPROMPT, "glue_data/SST-2/train_full.tsv"),
+                "48eac26399f8456935f81dd9e3a745c1430adb6c62e233ccfe22db4a0d15d1d1",
+                3806081,
+            ),
+            RemoteFile(
+                "dev.tsv",
+                _raw(*_AUTOPROMPT, "glue_data/SST-2/dev.tsv"),
+                "54a9c12c77e402fc14d6a66a506f24d999f596b0176eb777c972cccc2f9cc4b0",
+                94931,
+            ),
+            RemoteFile(
+                "test.tsv",
+                _raw(*_AUTOPROMPT, "glue_data/SST-2/test.tsv"),
+                "69a938605609b3e6663b4487918fe1565eb293734e6e520d0366d1d412fd2a13",
+                197335,
+            ),
         ),
     ),
 )
@@ -233,6 +256,4 @@ def get_corpus(name: str) -> Corpus:
     try:
         return CORPORA[name]
     except KeyError:
-        raise UnknownCorpusError(
-            f"unknown corpus {name!r}; known corpora: " + ", ".join(sorted(CORPORA))
-        ) from None
+        raise UnknownCorpusError(f"unknown corpus {name!r}; known corpora: " + ", ".join(sorted(CORPORA))) from None

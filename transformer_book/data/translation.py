@@ -27,8 +27,17 @@ from transformer_book import checks
 from transformer_book.data.download import DataError, fetch
 from transformer_book.data.registry import get_corpus
 
-__all__ = ["DataWarning", "MULTI30K_SPLITS", "TATOEBA_ATTRIBUTION", "TranslationSplit", "load_multi30k", "load_tatoeba",
-           "pair_lines", "parse_tab_pairs", "split_linked_groups"]
+__all__ = [
+    "DataWarning",
+    "MULTI30K_SPLITS",
+    "TATOEBA_ATTRIBUTION",
+    "TranslationSplit",
+    "load_multi30k",
+    "load_tatoeba",
+    "pair_lines",
+    "parse_tab_pairs",
+    "split_linked_groups",
+]
 
 MULTI30K_SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr", "test_2016_flickr": "test_2016_flickr"}
 """Split names accepted by :func:`load_multi30k` and the file stem each one reads."""
@@ -54,8 +63,10 @@ def pair_lines(german: Iterable[str], english: Iterable[str], *, name: str) -> l
     """
     german, english = [g.strip() for g in german], [e.strip() for e in english]
     if len(german) != len(english):
-        raise DataError(f"{name}: the German side has {len(german):,} lines but the English side {len(english):,}; "
-                        "the files are not line-aligned")
+        raise DataError(
+            f"{name}: the German side has {len(german):,} lines but the English side {len(english):,}; "
+            "the files are not line-aligned"
+        )
     pairs, empty = [], []
     for number, (de, en) in enumerate(zip(german, english), start=1):
         if de and en:
@@ -95,8 +106,9 @@ def parse_tab_pairs(lines: Iterable[str], *, name: str) -> list[tuple[str, str]]
 def _warn_empty(line_numbers: list[int], name: str) -> None:
     if line_numbers:
         shown = ", ".join(map(str, line_numbers[:5])) + (", ..." if len(line_numbers) > 5 else "")
-        warnings.warn(f"{name}: dropped {len(line_numbers)} pairs with an empty side (lines {shown})",
-                      DataWarning, stacklevel=3)
+        warnings.warn(
+            f"{name}: dropped {len(line_numbers)} pairs with an empty side (lines {shown})", DataWarning, stacklevel=3
+        )
 
 
 def _read_gzip_lines(path: Path, name: str) -> list[str]:
@@ -104,8 +116,10 @@ def _read_gzip_lines(path: Path, name: str) -> list[str]:
         with gzip.open(path, "rt", encoding="utf-8", newline="") as stream:
             content = stream.read()
     except _CORRUPT as err:
-        raise DataError(f"cannot read {name} ({path}): {type(err).__name__}: {err}. The file is corrupt or "
-                        "truncated; delete it so that it is fetched again") from None
+        raise DataError(
+            f"cannot read {name} ({path}): {type(err).__name__}: {err}. The file is corrupt or "
+            "truncated; delete it so that it is fetched again"
+        ) from None
     # Split on newlines only: str.splitlines would also split on characters such as U+2028
     # inside a sentence and break the line alignment of the two sides.
     lines = content.replace("\r\n", "\n").split("\n")
@@ -128,8 +142,10 @@ def load_multi30k(split: str = "train", *, download: bool = True) -> list[tuple[
     if split not in MULTI30K_SPLITS:
         raise ValueError(f"load_multi30k: unknown split {split!r}; known splits: {', '.join(MULTI30K_SPLITS)}")
     stem = MULTI30K_SPLITS[split]
-    sides = [_read_gzip_lines(fetch("multi30k", f"{stem}.{lang}.gz", download=download), f"multi30k/{stem}.{lang}.gz")
-             for lang in ("de", "en")]
+    sides = [
+        _read_gzip_lines(fetch("multi30k", f"{stem}.{lang}.gz", download=download), f"multi30k/{stem}.{lang}.gz")
+        for lang in ("de", "en")
+    ]
     return pair_lines(*sides, name=f"multi30k/{stem}")
 
 
@@ -151,8 +167,10 @@ def load_tatoeba(*, download: bool = True) -> list[tuple[str, str]]:
             raw = archive.read("deu.txt")
         lines = io.StringIO(raw.decode("utf-8"), newline=None)
     except _CORRUPT as err:
-        raise DataError(f"cannot read {name} ({path}): {type(err).__name__}: {err}. The file is corrupt or "
-                        "truncated; delete it so that it is fetched again") from None
+        raise DataError(
+            f"cannot read {name} ({path}): {type(err).__name__}: {err}. The file is corrupt or "
+            "truncated; delete it so that it is fetched again"
+        ) from None
     return parse_tab_pairs(lines, name=f"{name}:deu.txt")
 
 
@@ -172,8 +190,9 @@ def _sentence_key(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).casefold().split())
 
 
-def split_linked_groups(pairs: Sequence[tuple[str, str]], *, val_size: int, test_size: int, seed: int = 0,
-                        hold_out: Iterable[str] = ()) -> TranslationSplit:
+def split_linked_groups(
+    pairs: Sequence[tuple[str, str]], *, val_size: int, test_size: int, seed: int = 0, hold_out: Iterable[str] = ()
+) -> TranslationSplit:
     """Split translation pairs into training, validation and test parts so that no sentence of
     one part, on either side, appears in another.
 
@@ -226,9 +245,15 @@ def split_linked_groups(pairs: Sequence[tuple[str, str]], *, val_size: int, test
         if len(val) >= val_size:
             break
     if taken >= len(order):
-        raise ValueError(f"split_linked_groups: val_size {val_size:,} and test_size {test_size:,} take every one of "
-                         f"the {len(order):,} groups of {len(pairs):,} pairs; none is left for training")
+        raise ValueError(
+            f"split_linked_groups: val_size {val_size:,} and test_size {test_size:,} take every one of "
+            f"the {len(order):,} groups of {len(pairs):,} pairs; none is left for training"
+        )
     in_train = {i for group in order[taken:] for i in members[group]}
     held = sum(len(members[group]) for group in blocked)
-    return TranslationSplit(train=[pairs[i] for i in sorted(in_train)], val=[pairs[i] for i in sorted(val)],
-                            test=[pairs[i] for i in sorted(test)], held_out=held)
+    return TranslationSplit(
+        train=[pairs[i] for i in sorted(in_train)],
+        val=[pairs[i] for i in sorted(val)],
+        test=[pairs[i] for i in sorted(test)],
+        held_out=held,
+    )

@@ -67,8 +67,9 @@ def keep_probabilities(counts: np.ndarray, threshold: float) -> np.ndarray:
     """
     counts = np.asarray(counts, dtype=np.float64)
     if counts.ndim != 1 or counts.size == 0 or np.any(counts <= 0):
-        raise ValueError(f"keep_probabilities: counts must be a non-empty 1-D array of positive counts, got shape "
-                         f"{counts.shape}")
+        raise ValueError(
+            f"keep_probabilities: counts must be a non-empty 1-D array of positive counts, got shape {counts.shape}"
+        )
     if not threshold >= 0:
         raise ValueError(f"keep_probabilities: threshold must be >= 0, got {threshold}")
     if threshold == 0:
@@ -116,14 +117,19 @@ def encode_corpus(sentences: Sequence[Sequence[str]], vocab: Vocab) -> EncodedCo
         ids += kept
         sentence_ids += [index] * len(kept)
     if not ids:
-        raise ValueError(f"encode_corpus: none of the corpus's {n_tokens} tokens is in the vocabulary of "
-                         f"{len(vocab)} words")
+        raise ValueError(
+            f"encode_corpus: none of the corpus's {n_tokens} tokens is in the vocabulary of {len(vocab)} words"
+        )
     return EncodedCorpus(np.asarray(ids, dtype=np.int64), np.asarray(sentence_ids, dtype=np.int64), n_tokens)
 
 
-def _epoch_positions(corpus: EncodedCorpus, window: int, rng: np.random.Generator | torch.Generator,
-                     keep: np.ndarray | None,
-                     reduced: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _epoch_positions(
+    corpus: EncodedCorpus,
+    window: int,
+    rng: np.random.Generator | torch.Generator,
+    keep: np.ndarray | None,
+    reduced: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Subsample the corpus and draw each position's window size ``b`` in ``1..L``: ``(ids,
     sentence, b)`` as tensors, drawn by NumPy (on the CPU) or by a torch generator on its device."""
     if isinstance(rng, torch.Generator):
@@ -134,8 +140,11 @@ def _epoch_positions(corpus: EncodedCorpus, window: int, rng: np.random.Generato
             draws = torch.rand(len(ids), generator=rng, device=device, dtype=torch.float64)
             kept = draws < torch.as_tensor(keep, device=device)[ids]
             ids, sentence = ids[kept], sentence[kept]
-        b = (torch.randint(1, window + 1, (len(ids),), generator=rng, device=device) if reduced
-             else torch.full((len(ids),), window, device=device))
+        b = (
+            torch.randint(1, window + 1, (len(ids),), generator=rng, device=device)
+            if reduced
+            else torch.full((len(ids),), window, device=device)
+        )
         return ids, sentence, b
     ids, sentence = corpus.ids, corpus.sentence_ids
     if keep is not None:
@@ -152,8 +161,14 @@ def _as_given(t: torch.Tensor, rng: np.random.Generator | torch.Generator) -> np
     return t if isinstance(rng, torch.Generator) else t.numpy()
 
 
-def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator | torch.Generator, *,
-                   keep: np.ndarray | None = None, reduced: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def skipgram_pairs(
+    corpus: EncodedCorpus,
+    window: int,
+    rng: np.random.Generator | torch.Generator,
+    *,
+    keep: np.ndarray | None = None,
+    reduced: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
     """One epoch of skip-gram training pairs ``(centre, context)``, in corpus order.
 
     Each kept position ``t`` draws a window ``b_t`` (uniform in ``1..L`` when ``reduced``, else
@@ -183,8 +198,14 @@ def skipgram_pairs(corpus: EncodedCorpus, window: int, rng: np.random.Generator 
     return _as_given(torch.cat(centres), rng), _as_given(torch.cat(contexts), rng)
 
 
-def cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generator | torch.Generator, *,
-                 keep: np.ndarray | None = None, reduced: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def cbow_windows(
+    corpus: EncodedCorpus,
+    window: int,
+    rng: np.random.Generator | torch.Generator,
+    *,
+    keep: np.ndarray | None = None,
+    reduced: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
     """One epoch of CBOW examples: each kept position's word and the words of its window.
 
     Windows are drawn as in :func:`skipgram_pairs` (with NumPy's generator or a torch one).
@@ -238,8 +259,13 @@ class FlatWindows:
 
     def to(self, device: torch.device | str) -> FlatWindows:
         """The same windows with their tensors on ``device``."""
-        return FlatWindows(self.centres.to(device), self.ids.to(device), self.window.to(device),
-                           self.starts.to(device), self.starts_host)
+        return FlatWindows(
+            self.centres.to(device),
+            self.ids.to(device),
+            self.window.to(device),
+            self.starts.to(device),
+            self.starts_host,
+        )
 
     def batch(self, begin: int, end: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Windows ``begin:end``: their centres ``(B,)``, their words ``(T_b,)``, each window's
@@ -249,8 +275,15 @@ class FlatWindows:
         return self.centres[begin:end], self.ids[lo:hi], self.starts[begin:end] - lo, self.window[lo:hi] - begin
 
 
-def flat_cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generator | torch.Generator, *,
-                      keep: np.ndarray | None = None, reduced: bool = True, shuffle: bool = False) -> FlatWindows:
+def flat_cbow_windows(
+    corpus: EncodedCorpus,
+    window: int,
+    rng: np.random.Generator | torch.Generator,
+    *,
+    keep: np.ndarray | None = None,
+    reduced: bool = True,
+    shuffle: bool = False,
+) -> FlatWindows:
     """The examples of :func:`cbow_windows` (the same draws from ``rng``, the same windows) as
     :class:`FlatWindows`, shuffled when ``shuffle`` (by ``rng.permutation``, or ``torch.randperm``
     for a torch generator, drawn after the windows).
@@ -269,11 +302,11 @@ def flat_cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generat
     position = torch.arange(n, device=device)
     _, run = torch.unique_consecutive(sentence, return_counts=True)
     run_end = run.cumsum(0)
-    first = (run_end - run).repeat_interleave(run)           # s_t
-    last = (run_end - 1).repeat_interleave(run)              # e_t
+    first = (run_end - run).repeat_interleave(run)  # s_t
+    last = (run_end - 1).repeat_interleave(run)  # e_t
     left = torch.minimum(b, position - first)
     right = torch.minimum(b, last - position)
-    centre = (left + right).nonzero().squeeze(1)             # positions with at least one context word
+    centre = (left + right).nonzero().squeeze(1)  # positions with at least one context word
     if shuffle:
         if isinstance(rng, torch.Generator):
             order = torch.randperm(len(centre), generator=rng, device=device)
@@ -293,5 +326,10 @@ def flat_cbow_windows(corpus: EncodedCorpus, window: int, rng: np.random.Generat
     step[(starts[:-1] + left)[both]] += 1
     window_of = torch.zeros(total, dtype=torch.int64, device=device)
     window_of[starts[1:-1]] = 1
-    return FlatWindows(ids.index_select(0, centre), ids.index_select(0, step.cumsum_(0)), window_of.cumsum_(0),
-                       starts, starts.cpu().numpy())
+    return FlatWindows(
+        ids.index_select(0, centre),
+        ids.index_select(0, step.cumsum_(0)),
+        window_of.cumsum_(0),
+        starts,
+        starts.cpu().numpy(),
+    )

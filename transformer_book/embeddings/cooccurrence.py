@@ -25,9 +25,13 @@ def _checked_ids(ids: np.ndarray, vocab_size: int, window: int, weighting: str) 
     checks.positive_int("cooccurrence_matrix", window=window)
     checks.integer("cooccurrence_matrix", "vocab_size", vocab_size, minimum=1, kinds=(int, np.integer))
     if weighting not in CONTEXT_WEIGHTINGS:
-        raise ValueError(f"cooccurrence_matrix: unknown weighting {weighting!r}; known: {', '.join(CONTEXT_WEIGHTINGS)}")
+        raise ValueError(
+            f"cooccurrence_matrix: unknown weighting {weighting!r}; known: {', '.join(CONTEXT_WEIGHTINGS)}"
+        )
     if ids.size and (ids.min() < -1 or ids.max() >= vocab_size):
-        raise ValueError(f"cooccurrence_matrix: ids must lie in [-1, {vocab_size}), got range [{ids.min()}, {ids.max()}]")
+        raise ValueError(
+            f"cooccurrence_matrix: ids must lie in [-1, {vocab_size}), got range [{ids.min()}, {ids.max()}]"
+        )
     return ids.astype(np.int64, copy=False)
 
 

@@ -137,8 +137,10 @@ def _check_vectors(caller: str, vectors: np.ndarray, words: Sequence[str]) -> np
         raise ValueError(f"{caller}: vectors contains NaN or infinite values")
     zero = np.flatnonzero(~vectors.any(axis=1))
     if zero.size:
-        raise ValueError(f"{caller}: vectors has {zero.size} zero row(s) (first: {words[zero[0]]!r}); "
-                         "the cosine is undefined for them")
+        raise ValueError(
+            f"{caller}: vectors has {zero.size} zero row(s) (first: {words[zero[0]]!r}); "
+            "the cosine is undefined for them"
+        )
     return vectors
 
 
@@ -214,8 +216,10 @@ def word_similarity(
         else:
             n_oov += 1
     if len(human) < 2:
-        raise ValueError(f"word_similarity: only {len(human)} of {len(human) + n_oov} pairs have both words in "
-                         f"the vocabulary ({n_oov} pairs missing a word); need at least 2")
+        raise ValueError(
+            f"word_similarity: only {len(human)} of {len(human) + n_oov} pairs have both words in "
+            f"the vocabulary ({n_oov} pairs missing a word); need at least 2"
+        )
     human_scores = np.asarray(human)
     if not np.isfinite(human_scores).all():
         raise ValueError("word_similarity: pairs contains a NaN or infinite human score")
@@ -265,7 +269,9 @@ def _ratio(correct: int, answered: int) -> float:
     return correct / answered if answered else math.nan
 
 
-def _check_analogy_args(vectors: np.ndarray, words: Sequence[str], method: str, restrict_vocab: int | None) -> np.ndarray:
+def _check_analogy_args(
+    vectors: np.ndarray, words: Sequence[str], method: str, restrict_vocab: int | None
+) -> np.ndarray:
     """The arguments of :func:`analogy_accuracy` checked; ``vectors`` as a float array."""
     if method not in ("add", "mul"):
         raise ValueError(f"analogy_accuracy: method must be 'add' (3CosAdd) or 'mul' (3CosMul), got {method!r}")
@@ -283,8 +289,10 @@ def _question_ids(questions: Sequence[Sequence[str]], index: dict[str, int]) -> 
             raise ValueError(f"analogy_accuracy: a question must be four words (a, b, c, d), got {question!r}")
         ids[k] = [index.get(word, -1) for word in question]
     if not (ids >= 0).all(axis=1).any():
-        raise ValueError(f"analogy_accuracy: none of the {len(questions)} questions has all four words among the "
-                         f"{len(index)} candidate words")
+        raise ValueError(
+            f"analogy_accuracy: none of the {len(questions)} questions has all four words among the "
+            f"{len(index)} candidate words"
+        )
     return ids
 
 
@@ -380,7 +388,7 @@ def _solve(vectors: np.ndarray, abc: np.ndarray, method: str) -> np.ndarray:
     answers = []
     with torch.no_grad():
         for start in range(0, abc.shape[0], chunk):
-            block = abc[start:start + chunk]
+            block = abc[start : start + chunk]
             a, b, c = block.unbind(dim=1)
             if method == "add":
                 # cos(d', b) - cos(d', a) + cos(d', c) = unit(d') . (unit(b) - unit(a) + unit(c))
@@ -429,25 +437,129 @@ class WEATTest:
 
 WEAT_TESTS: dict[str, WEATTest] = {
     "weat1": WEATTest(
-        targets_x=("aster", "clover", "hyacinth", "marigold", "poppy", "azalea", "crocus", "iris", "orchid", "rose",
-                   "bluebell", "daffodil", "lilac", "pansy", "tulip", "buttercup", "daisy", "lily", "peony",
-                   "violet", "carnation", "gladiola", "magnolia", "petunia", "zinnia"),
-        targets_y=("ant", "caterpillar", "flea", "locust", "spider", "bedbug", "centipede", "fly", "maggot",
-                   "tarantula", "bee", "cockroach", "gnat", "mosquito", "termite", "beetle", "cricket", "hornet",
-                   "moth", "wasp", "blackfly", "dragonfly", "horsefly", "roach", "weevil"),
-        attributes_a=("caress", "freedom", "health", "love", "peace", "cheer", "friend", "heaven", "loyal",
-                      "pleasure", "diamond", "gentle", "honest", "lucky", "rainbow", "diploma", "gift", "honor",
-                      "miracle", "sunrise", "family", "happy", "laughter", "paradise", "vacation"),
-        attributes_b=("abuse", "crash", "filth", "murder", "sickness", "accident", "death", "grief", "poison",
-                      "stink", "assault", "disaster", "hatred", "pollute", "tragedy", "divorce", "jail", "poverty",
-                      "ugly", "cancer", "kill", "rotten", "vomit", "agony", "prison"),
+        targets_x=(
+            "aster",
+            "clover",
+            "hyacinth",
+            "marigold",
+            "poppy",
+            "azalea",
+            "crocus",
+            "iris",
+            "orchid",
+            "rose",
+            "bluebell",
+            "daffodil",
+            "lilac",
+            "pansy",
+            "tulip",
+            "buttercup",
+            "daisy",
+            "lily",
+            "peony",
+            "violet",
+            "carnation",
+            "gladiola",
+            "magnolia",
+            "petunia",
+            "zinnia",
+        ),
+        targets_y=(
+            "ant",
+            "caterpillar",
+            "flea",
+            "locust",
+            "spider",
+            "bedbug",
+            "centipede",
+            "fly",
+            "maggot",
+            "tarantula",
+            "bee",
+            "cockroach",
+            "gnat",
+            "mosquito",
+            "termite",
+            "beetle",
+            "cricket",
+            "hornet",
+            "moth",
+            "wasp",
+            "blackfly",
+            "dragonfly",
+            "horsefly",
+            "roach",
+            "weevil",
+        ),
+        attributes_a=(
+            "caress",
+            "freedom",
+            "health",
+            "love",
+            "peace",
+            "cheer",
+            "friend",
+            "heaven",
+            "loyal",
+            "pleasure",
+            "diamond",
+            "gentle",
+            "honest",
+            "lucky",
+            "rainbow",
+            "diploma",
+            "gift",
+            "honor",
+            "miracle",
+            "sunrise",
+            "family",
+            "happy",
+            "laughter",
+            "paradise",
+            "vacation",
+        ),
+        attributes_b=(
+            "abuse",
+            "crash",
+            "filth",
+            "murder",
+            "sickness",
+            "accident",
+            "death",
+            "grief",
+            "poison",
+            "stink",
+            "assault",
+            "disaster",
+            "hatred",
+            "pollute",
+            "tragedy",
+            "divorce",
+            "jail",
+            "poverty",
+            "ugly",
+            "cancer",
+            "kill",
+            "rotten",
+            "vomit",
+            "agony",
+            "prison",
+        ),
         names=("flowers", "insects", "pleasant", "unpleasant"),
     ),
     "weat6": WEATTest(
         targets_x=("John", "Paul", "Mike", "Kevin", "Steve", "Greg", "Jeff", "Bill"),
         targets_y=("Amy", "Joan", "Lisa", "Sarah", "Diana", "Kate", "Ann", "Donna"),
-        attributes_a=("executive", "management", "professional", "corporation", "salary", "office", "business",
-                      "career"),
+        attributes_a=(
+            "executive",
+            "management",
+            "professional",
+            "corporation",
+            "salary",
+            "office",
+            "business",
+            "career",
+        ),
         attributes_b=("home", "parents", "children", "family", "cousins", "marriage", "wedding", "relatives"),
         names=("male names", "female names", "career", "family"),
     ),
@@ -518,8 +630,10 @@ def _check_set(caller: str, name: str, vectors: object, width: int | None) -> np
         raise ValueError(f"{caller}: {name} contains NaN or infinite values")
     norms = np.linalg.norm(array, axis=1, keepdims=True)
     if not norms.all():
-        raise ValueError(f"{caller}: {name} has a zero vector (row {int(np.flatnonzero(norms == 0)[0])}); "
-                         "the cosine is undefined for it")
+        raise ValueError(
+            f"{caller}: {name} has a zero vector (row {int(np.flatnonzero(norms == 0)[0])}); "
+            "the cosine is undefined for it"
+        )
     return array / norms
 
 
@@ -585,11 +699,15 @@ def weat_from_vectors(
     checks.positive_int(caller, permutations=permutations)
     checks.non_negative_int(caller, seed=seed)
     x = _check_set(caller, "targets_x", targets_x, None)
-    y, a, b = (_check_set(caller, name, v, x.shape[1]) for name, v in
-               [("targets_y", targets_y), ("attributes_a", attributes_a), ("attributes_b", attributes_b)])
+    y, a, b = (
+        _check_set(caller, name, v, x.shape[1])
+        for name, v in [("targets_y", targets_y), ("attributes_a", attributes_a), ("attributes_b", attributes_b)]
+    )
     if len(x) != len(y):
-        raise ValueError(f"{caller}: targets_x has {len(x)} vectors and targets_y {len(y)}; the permutation test "
-                         "needs target sets of equal size")
+        raise ValueError(
+            f"{caller}: targets_x has {len(x)} vectors and targets_y {len(y)}; the permutation test "
+            "needs target sets of equal size"
+        )
     w = np.concatenate([x, y])  # (2n, d) unit rows
     s = (w @ a.T).mean(axis=1) - (w @ b.T).mean(axis=1)  # s(w, A, B) for each target, (2n,)
     n = len(x)
@@ -616,8 +734,14 @@ def weat_from_vectors(
             chosen = np.argpartition(keys, n - 1, axis=1)[:, :n]  # a uniform random half per row
             at_least += int((s[chosen].sum(axis=1) >= observed - tolerance).sum())
         p_value, used = (1 + at_least) / (1 + permutations), permutations
-    return WEATResult(effect_size=effect, p_value=float(p_value), statistic=statistic,
-                      sizes=(n, n, len(a), len(b)), permutations=used, exact=exact)
+    return WEATResult(
+        effect_size=effect,
+        p_value=float(p_value),
+        statistic=statistic,
+        sizes=(n, n, len(a), len(b)),
+        permutations=used,
+        exact=exact,
+    )
 
 
 def weat(
@@ -657,20 +781,31 @@ def weat(
     vectors = _check_vectors("weat", vectors, words)
     index = _first_index(words)
     rows, missing = {}, []
-    for name, listed in [("targets_x", targets_x), ("targets_y", targets_y),
-                         ("attributes_a", attributes_a), ("attributes_b", attributes_b)]:
+    for name, listed in [
+        ("targets_x", targets_x),
+        ("targets_y", targets_y),
+        ("attributes_a", attributes_a),
+        ("attributes_b", attributes_b),
+    ]:
         if isinstance(listed, str):
             raise ValueError(f"weat: {name} must be a list of words, got the single str {listed!r}")
         absent = [word for word in listed if word not in index]
         rows[name] = [index[word] for word in listed if word in index]
         missing += absent
         if len(rows[name]) < 2:
-            raise ValueError(f"weat: only {len(rows[name])} of the {len(listed)} words of {name} are in the "
-                             f"vocabulary (missing: {', '.join(absent[:10])}{', ...' if len(absent) > 10 else ''}); "
-                             "the test needs at least 2 per list")
+            raise ValueError(
+                f"weat: only {len(rows[name])} of the {len(listed)} words of {name} are in the "
+                f"vocabulary (missing: {', '.join(absent[:10])}{', ...' if len(absent) > 10 else ''}); "
+                "the test needs at least 2 per list"
+            )
     n = min(len(rows["targets_x"]), len(rows["targets_y"]))
     trimmed = [words[i] for name in ("targets_x", "targets_y") for i in rows[name][n:]]
-    result = weat_from_vectors(vectors[rows["targets_x"][:n]], vectors[rows["targets_y"][:n]],
-                               vectors[rows["attributes_a"]], vectors[rows["attributes_b"]],
-                               permutations=permutations, seed=seed)
+    result = weat_from_vectors(
+        vectors[rows["targets_x"][:n]],
+        vectors[rows["targets_y"][:n]],
+        vectors[rows["attributes_a"]],
+        vectors[rows["attributes_b"]],
+        permutations=permutations,
+        seed=seed,
+    )
     return replace(result, missing=tuple(missing), trimmed=tuple(trimmed))

@@ -171,8 +171,13 @@ def _check_counts(counts: sp.spmatrix | np.ndarray) -> sp.coo_matrix:
 
 
 def _gradients(
-    table: torch.Tensor, table_tilde: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-    log_counts: torch.Tensor, weights: torch.Tensor, scratch: tuple[torch.Tensor, torch.Tensor] | None = None,
+    table: torch.Tensor,
+    table_tilde: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    log_counts: torch.Tensor,
+    weights: torch.Tensor,
+    scratch: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """A mini-batch's loss :math:`J` (a sum) and its gradient, summed per distinct word.
 
@@ -212,8 +217,13 @@ def _gradients(
     for index, other_index, other_table, constant in ((rows, cols, table_tilde, dim + 1), (cols, rows, table, dim)):
         sorted_index, order = torch.sort(index)
         distinct, sizes = torch.unique_consecutive(sorted_index, return_counts=True)
-        grad = F.embedding_bag(other_index.index_select(0, order), other_table, sizes.cumsum(0) - sizes,
-                               mode="sum", per_sample_weights=g.index_select(0, order))
+        grad = F.embedding_bag(
+            other_index.index_select(0, order),
+            other_table,
+            sizes.cumsum(0) - sizes,
+            mode="sum",
+            per_sample_weights=g.index_select(0, order),
+        )
         grad[:, constant] = 0.0
         per_word.append((distinct, grad))
     return loss, per_word[0], per_word[1]
@@ -234,8 +244,12 @@ class _RowOptimizer:
         copies = 1 if kind == "adagrad" else 2
         self.state = [[torch.zeros_like(p) for _ in range(copies)] for p in params]
 
-    def step(self, params: list[torch.Tensor], updates: list[tuple[torch.Tensor, torch.Tensor]],
-             scratch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    def step(
+        self,
+        params: list[torch.Tensor],
+        updates: list[tuple[torch.Tensor, torch.Tensor]],
+        scratch: tuple[torch.Tensor, torch.Tensor],
+    ) -> None:
         """Apply ``updates[k] = (distinct rows, gradient of those rows)`` to ``params[k]`` in place.
 
         The gradients are overwritten; ``scratch`` are two work tensors with at least as many
@@ -311,8 +325,10 @@ def train_glove(
     device = torch.device("cpu") if device is None else torch.device(device)
     n_words, dim, nnz = coo.shape[0], config.dim, coo.nnz
     generator = torch.Generator().manual_seed(config.seed)
-    w, w_tilde, b, b_tilde = ((torch.rand(shape, generator=generator) - 0.5) / dim
-                              for shape in ((n_words, dim), (n_words, dim), (n_words,), (n_words,)))
+    w, w_tilde, b, b_tilde = (
+        (torch.rand(shape, generator=generator) - 0.5) / dim
+        for shape in ((n_words, dim), (n_words, dim), (n_words,), (n_words,))
+    )
     ones = torch.ones(n_words)
     table = torch.column_stack([w, b, ones]).to(device)  # [W, b, 1]
     table_tilde = torch.column_stack([w_tilde, ones, b_tilde]).to(device)  # [W~, 1, b~]
@@ -327,8 +343,9 @@ def train_glove(
 
     losses = []
     start = time.perf_counter()
-    bar = tqdm(total=config.epochs * nnz, disable=not progress, desc="GloVe", unit="nz", unit_scale=True,
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=config.epochs * nnz, disable=not progress, desc="GloVe", unit="nz", unit_scale=True, dynamic_ncols=True
+    )
     try:
         with torch.no_grad():
             for epoch in range(1, config.epochs + 1):
@@ -339,15 +356,23 @@ def train_glove(
                 for first in range(0, nnz, batch_size):
                     batch = slice(first, first + batch_size)
                     loss, word_grads, context_grads = _gradients(
-                        table, table_tilde, epoch_rows[batch], epoch_cols[batch], epoch_logs[batch],
-                        epoch_weights[batch], scratch)
+                        table,
+                        table_tilde,
+                        epoch_rows[batch],
+                        epoch_cols[batch],
+                        epoch_logs[batch],
+                        epoch_weights[batch],
+                        scratch,
+                    )
                     optimizer.step([table, table_tilde], [word_grads, context_grads], scratch)
                     total += loss
                     bar.update(min(batch_size, nnz - first))
                 mean = total.item() / nnz
                 if not math.isfinite(mean):
-                    raise RuntimeError(f"train_glove: the loss became {mean} in epoch {epoch} of {config.epochs}; "
-                                       f"try a smaller learning rate (lr={config.lr})")
+                    raise RuntimeError(
+                        f"train_glove: the loss became {mean} in epoch {epoch} of {config.epochs}; "
+                        f"try a smaller learning rate (lr={config.lr})"
+                    )
                 losses.append(mean)
                 bar.set_postfix(loss=f"{mean:.4f}", refresh=False)
     finally:
@@ -357,5 +382,11 @@ def train_glove(
     def numpy(t: torch.Tensor) -> np.ndarray:
         return t.cpu().numpy().astype(np.float32)
 
-    return GloVeResult(w=numpy(table[:, :dim]), w_tilde=numpy(table_tilde[:, :dim]), b=numpy(table[:, dim]),
-                       b_tilde=numpy(table_tilde[:, dim + 1]), losses=np.asarray(losses), seconds=seconds)
+    return GloVeResult(
+        w=numpy(table[:, :dim]),
+        w_tilde=numpy(table_tilde[:, :dim]),
+        b=numpy(table[:, dim]),
+        b_tilde=numpy(table_tilde[:, dim + 1]),
+        losses=np.asarray(losses),
+        seconds=seconds,
+    )

@@ -44,7 +44,9 @@ def _checked_counts(counts: sp.spmatrix | np.ndarray, alpha: float, shift: float
     if counts.nnz == 0:
         raise ValueError("ppmi: the count matrix has no non-zero entry")
     if not np.isfinite(counts.data).all():
-        raise ValueError(f"ppmi: counts must be finite, got {int((~np.isfinite(counts.data)).sum())} NaN or inf entries")
+        raise ValueError(
+            f"ppmi: counts must be finite, got {int((~np.isfinite(counts.data)).sum())} NaN or inf entries"
+        )
     if counts.data.min() < 0:
         raise ValueError("ppmi: counts must be non-negative")
     return counts

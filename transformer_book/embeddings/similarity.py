@@ -37,8 +37,10 @@ def nearest_neighbours(
         raise ValueError(f"nearest_neighbours: {len(words)} words for {len(vectors)} vectors")
     query, vectors = np.asarray(query, dtype=np.float64), np.asarray(vectors, dtype=np.float64)
     if vectors.ndim != 2 or query.shape != vectors.shape[1:]:
-        raise ValueError(f"nearest_neighbours: query of shape {query.shape} against vectors of shape {vectors.shape}: "
-                         f"the query must be one vector (d,) of the vectors' width")
+        raise ValueError(
+            f"nearest_neighbours: query of shape {query.shape} against vectors of shape {vectors.shape}: "
+            f"the query must be one vector (d,) of the vectors' width"
+        )
     checks.integer("nearest_neighbours", "k", k, minimum=1, kinds=(int, np.integer))
     if isinstance(exclude, str):
         raise ValueError("nearest_neighbours: exclude must be a sequence of words, not one str")

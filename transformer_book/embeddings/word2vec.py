@@ -52,8 +52,9 @@ def noise_distribution(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
     returns ``(|V|,)`` float64 probabilities."""
     counts = np.asarray(counts, dtype=np.float64)
     if counts.ndim != 1 or counts.size == 0 or np.any(counts <= 0):
-        raise ValueError(f"noise_distribution: counts must be a non-empty 1-D array of positive counts, got shape "
-                         f"{counts.shape}")
+        raise ValueError(
+            f"noise_distribution: counts must be a non-empty 1-D array of positive counts, got shape {counts.shape}"
+        )
     checks.probability("noise_distribution", "power", power, one=True)
     weights = counts**power
     return weights / weights.sum()
@@ -194,10 +195,16 @@ class Word2VecConfig:
 def _check_config(config: Word2VecConfig) -> None:
     """Every field of a :class:`Word2VecConfig` in its range."""
     if config.architecture not in ARCHITECTURES:
-        raise ValueError(f"Word2VecConfig: unknown architecture {config.architecture!r}; known: "
-                         f"{', '.join(ARCHITECTURES)}")
-    checks.positive_int("Word2VecConfig", **{name: getattr(config, name) for name in (
-        "dim", "window", "negatives", "epochs", "batch_size", "shared_negatives")})
+        raise ValueError(
+            f"Word2VecConfig: unknown architecture {config.architecture!r}; known: {', '.join(ARCHITECTURES)}"
+        )
+    checks.positive_int(
+        "Word2VecConfig",
+        **{
+            name: getattr(config, name)
+            for name in ("dim", "window", "negatives", "epochs", "batch_size", "shared_negatives")
+        },
+    )
     if config.lr is not None:
         checks.finite_real("Word2VecConfig", "lr", config.lr, above=0)
     checks.probability("Word2VecConfig", "min_lr_ratio", config.min_lr_ratio, zero=False, one=True)
@@ -244,8 +251,9 @@ def _step_scale(rows: torch.Tensor, vocab_size: int, cap: float, *more_rows: tor
     return (cap / occurrences.clamp(min=1)).clamp(max=1.0)
 
 
-def _summed_context_gradients(rows: torch.Tensor, window: torch.Tensor, grad_h: torch.Tensor,
-                              cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _summed_context_gradients(
+    rows: torch.Tensor, window: torch.Tensor, grad_h: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """CBOW's update of the input vectors, summed per word: for each distinct word ``w`` of
     ``rows``,
 
@@ -278,15 +286,19 @@ def _summed_context_gradients(rows: torch.Tensor, window: torch.Tensor, grad_h: 
     words, entries = torch.unique_consecutive(word, return_counts=True)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": said once per process
         warnings.simplefilter("ignore", UserWarning)
-        counts = torch.sparse_csr_tensor(F.pad(entries.cumsum(0), (1, 0)), pairs - word * batch,
-                                         multiplicity.to(grad_h.dtype), size=(len(words), batch),
-                                         check_invariants=False)
+        counts = torch.sparse_csr_tensor(
+            F.pad(entries.cumsum(0), (1, 0)),
+            pairs - word * batch,
+            multiplicity.to(grad_h.dtype),
+            size=(len(words), batch),
+            check_invariants=False,
+        )
     return words, (counts @ grad_h).mul_(_step_scale(rows, 0, cap)[words].unsqueeze(1))
 
 
-
-def _copied_context_gradients(rows: torch.Tensor, window: torch.Tensor, grad_h: torch.Tensor, vocab_size: int,
-                              cap: float) -> torch.Tensor:
+def _copied_context_gradients(
+    rows: torch.Tensor, window: torch.Tensor, grad_h: torch.Tensor, vocab_size: int, cap: float
+) -> torch.Tensor:
     """The same update as :func:`_summed_context_gradients`, one row ``(T, d)`` per context
     slot, for ``index_add_`` to sum: the way for a GPU, where the sort and the sparse product
     would wait for the device."""
@@ -328,9 +340,14 @@ class AliasSampler:
         return torch.where(coin < self.prob[slot], slot, self.alias[slot])
 
 
-def _epoch_examples(corpus: EncodedCorpus, config: Word2VecConfig, keep: np.ndarray | None,
-                    rng: np.random.Generator, generator: torch.Generator,
-                    on_device: bool) -> tuple[torch.Tensor, torch.Tensor] | FlatWindows:
+def _epoch_examples(
+    corpus: EncodedCorpus,
+    config: Word2VecConfig,
+    keep: np.ndarray | None,
+    rng: np.random.Generator,
+    generator: torch.Generator,
+    on_device: bool,
+) -> tuple[torch.Tensor, torch.Tensor] | FlatWindows:
     """One epoch's examples, shuffled, on ``generator``'s device: skip-gram's ``(centres,
     contexts)`` pairs, or CBOW's :class:`~transformer_book.embeddings.contexts.FlatWindows`.
     Drawn there with ``generator`` when ``on_device`` (no copy of the epoch's examples), else
@@ -339,8 +356,9 @@ def _epoch_examples(corpus: EncodedCorpus, config: Word2VecConfig, keep: np.ndar
     source = generator if on_device else rng
     device = generator.device
     if config.architecture == "cbow":
-        windows = flat_cbow_windows(corpus, config.window, source, keep=keep, reduced=config.reduced_window,
-                                    shuffle=True)
+        windows = flat_cbow_windows(
+            corpus, config.window, source, keep=keep, reduced=config.reduced_window, shuffle=True
+        )
         examples = len(windows)
     else:
         centres, contexts = skipgram_pairs(corpus, config.window, source, keep=keep, reduced=config.reduced_window)
@@ -393,11 +411,14 @@ def train_word2vec(
     counts = np.asarray(counts)
     vocab_size = len(counts)
     if vocab_size < config.negatives + 1:
-        raise ValueError(f"train_word2vec: a vocabulary of {vocab_size} words is too small for "
-                         f"{config.negatives} negative samples (need at least negatives + 1 words)")
+        raise ValueError(
+            f"train_word2vec: a vocabulary of {vocab_size} words is too small for "
+            f"{config.negatives} negative samples (need at least negatives + 1 words)"
+        )
     if len(corpus.ids) and (corpus.ids.min() < 0 or corpus.ids.max() >= vocab_size):
-        raise ValueError(f"train_word2vec: corpus ids must lie in [0, {vocab_size}), got "
-                         f"[{corpus.ids.min()}, {corpus.ids.max()}]")
+        raise ValueError(
+            f"train_word2vec: corpus ids must lie in [0, {vocab_size}), got [{corpus.ids.min()}, {corpus.ids.max()}]"
+        )
     device = torch.device(device or "cpu")
     rng = np.random.default_rng(config.seed)
     generator = torch.Generator(device=device).manual_seed(config.seed)
@@ -434,8 +455,14 @@ def train_word2vec(
                 examples = len(windows)
             if planned is None:
                 planned = examples * config.epochs
-                bar = tqdm(total=planned, disable=not progress, desc=config.architecture, unit="ex",
-                           unit_scale=True, dynamic_ncols=True)
+                bar = tqdm(
+                    total=planned,
+                    disable=not progress,
+                    desc=config.architecture,
+                    unit="ex",
+                    unit_scale=True,
+                    dynamic_ncols=True,
+                )
             # The loss is summed where it is computed (float32 per batch, added in float64) and read
             # every step on the CPU, every 50 steps on a GPU, whose work then runs ahead unhindered.
             loss_sum, n_predicted = torch.zeros((), dtype=torch.float64, device=device), 0
@@ -465,8 +492,10 @@ def train_word2vec(
                 if device.type != "cuda" or step % 50 == 0 or step == last_step:
                     checked = loss_sum.item()
                     if not math.isfinite(checked):
-                        raise RuntimeError(f"train_word2vec: the loss became {checked} at epoch {epoch + 1}, by step "
-                                           f"{step + 1}; lower lr or row_step_cap")
+                        raise RuntimeError(
+                            f"train_word2vec: the loss became {checked} at epoch {epoch + 1}, by step "
+                            f"{step + 1}; lower lr or row_step_cap"
+                        )
                 scale = _step_scale(target, vocab_size, cap, negative)
                 w_out.index_add_(0, target, grad_pos.mul_(scale[target].unsqueeze(1)), alpha=-lr)
                 grad_neg = grad_neg.view(-1, d)
@@ -478,8 +507,9 @@ def train_word2vec(
                     words, update = _summed_context_gradients(inputs, window, grad_v, cap)
                     w_in.index_add_(0, words, update, alpha=-lr)
                 else:  # on a GPU copied out to every context slot, with no wait for the device
-                    w_in.index_add_(0, inputs, _copied_context_gradients(inputs, window, grad_v, vocab_size, cap),
-                                    alpha=-lr)
+                    w_in.index_add_(
+                        0, inputs, _copied_context_gradients(inputs, window, grad_v, vocab_size, cap), alpha=-lr
+                    )
                 done += n
                 bar.update(n)
                 if step % 50 == 0:

@@ -11,8 +11,24 @@ from transformer_book.models.rnn import BahdanauAttention, LuongAttention, RNNSe
 from transformer_book.models.transformer import Decoder, Encoder, Transformer, TransformerConfig, shift_right
 
 __all__ = [
-    "Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_right",
-    "BahdanauAttention", "LuongAttention", "RNNSeq2Seq", "RNNSeq2SeqConfig", "GPT", "GPTConfig",
-    "LSTMCell", "LSTMLayer", "ScalarMix", "BiLM", "BiLMConfig", "BERT", "BERTConfig",
-    "ModernGPT", "ModernGPTConfig",
+    "Encoder",
+    "Decoder",
+    "Transformer",
+    "TransformerConfig",
+    "shift_right",
+    "BahdanauAttention",
+    "LuongAttention",
+    "RNNSeq2Seq",
+    "RNNSeq2SeqConfig",
+    "GPT",
+    "GPTConfig",
+    "LSTMCell",
+    "LSTMLayer",
+    "ScalarMix",
+    "BiLM",
+    "BiLMConfig",
+    "BERT",
+    "BERTConfig",
+    "ModernGPT",
+    "ModernGPTConfig",
 ]

@@ -41,8 +41,18 @@ from transformer_book.models.transformer import Encoder
 from transformer_book.positional import position_encoding, position_names
 
 __all__ = [
-    "BERT", "BERTConfig", "POSITIONS", "BERTOutput", "PretrainingLoss", "parameter_count", "parameter_breakdown",
-    "mean_pool", "pretraining_loss", "bert_loss", "evaluate_pretraining", "IGNORE_INDEX",
+    "BERT",
+    "BERTConfig",
+    "POSITIONS",
+    "BERTOutput",
+    "PretrainingLoss",
+    "parameter_count",
+    "parameter_breakdown",
+    "mean_pool",
+    "pretraining_loss",
+    "bert_loss",
+    "evaluate_pretraining",
+    "IGNORE_INDEX",
 ]
 
 _WAYS = ("embedding", "bias")
@@ -85,8 +95,15 @@ class BERTConfig:
     position: str = "learned"
 
     def __post_init__(self) -> None:
-        checks.positive_int("BERTConfig", vocab_size=self.vocab_size, max_len=self.max_len, d_model=self.d_model,
-                            n_heads=self.n_heads, n_layers=self.n_layers, n_segments=self.n_segments)
+        checks.positive_int(
+            "BERTConfig",
+            vocab_size=self.vocab_size,
+            max_len=self.max_len,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            n_segments=self.n_segments,
+        )
         if self.d_ff is not None:
             checks.positive_int("BERTConfig", d_ff=self.d_ff)
         if self.d_model % self.n_heads:
@@ -139,11 +156,17 @@ def parameter_breakdown(config: BERTConfig) -> dict[str, int]:
         BERT-large 340M) is embeddings + encoder + pooler.
     """
     _check_config("parameter_breakdown", config)
-    V, P, S, d, f, L = (config.vocab_size, config.max_len, config.n_segments, config.d_model, config.ff_width,
-                        config.n_layers)
+    V, P, S, d, f, L = (
+        config.vocab_size,
+        config.max_len,
+        config.n_segments,
+        config.d_model,
+        config.ff_width,
+        config.n_layers,
+    )
     layer = 4 * (d * d + d) + (2 * d * f + f + d) + 4 * d
     if config.position != "learned":
-        P = 0                                     # no position vector is learned
+        P = 0  # no position vector is learned
     return {
         "embeddings": (V + P + S) * d + 2 * d,
         "encoder": L * layer + (2 * d if config.norm_first else 0),
@@ -203,12 +226,27 @@ class BERT(nn.Module):
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.segment_embedding = nn.Embedding(c.n_segments, c.d_model)
         # initialise=False: reset_parameters below draws every weight, the learned table's too
-        self.positional = position_encoding(c.position, d_model=c.d_model, n_heads=c.n_heads, max_len=c.max_len,
-                                            initialise=False, ways=_WAYS, where="BERT")
+        self.positional = position_encoding(
+            c.position,
+            d_model=c.d_model,
+            n_heads=c.n_heads,
+            max_len=c.max_len,
+            initialise=False,
+            ways=_WAYS,
+            where="BERT",
+        )
         self.embedding_norm = LayerNorm(c.d_model, c.eps)
         self.embedding_dropout = nn.Dropout(c.dropout)
-        self.encoder = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=c.norm_first,
-                               activation="gelu", eps=c.eps)
+        self.encoder = Encoder(
+            c.n_layers,
+            c.d_model,
+            c.n_heads,
+            c.ff_width,
+            c.dropout,
+            norm_first=c.norm_first,
+            activation="gelu",
+            eps=c.eps,
+        )
         self.pooler = nn.Linear(c.d_model, c.d_model)
         self.mlm_transform = nn.Linear(c.d_model, c.d_model)
         self.mlm_norm = LayerNorm(c.d_model, c.eps)
@@ -232,10 +270,18 @@ class BERT(nn.Module):
 
     def _check(self, tokens: torch.Tensor, segments: torch.Tensor | None) -> torch.Tensor:
         c = self.config
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point \
-                or tokens.dtype == torch.bool or tokens.dtype.is_complex:
-            what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) \
+        if (
+            not isinstance(tokens, torch.Tensor)
+            or tokens.dim() != 2
+            or tokens.dtype.is_floating_point
+            or tokens.dtype == torch.bool
+            or tokens.dtype.is_complex
+        ):
+            what = (
+                f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
+                if isinstance(tokens, torch.Tensor)
                 else type(tokens).__name__
+            )
             raise ValueError(f"BERT: tokens must be a (B, n) integer tensor, got {what}")
         B, n = tokens.shape
         if B == 0 or n == 0:
@@ -243,18 +289,29 @@ class BERT(nn.Module):
         if n > c.max_len:
             raise ValueError(f"BERT: {n} positions exceed max_len={c.max_len}")
         if tokens.min() < 0 or tokens.max() >= c.vocab_size:
-            raise ValueError(f"BERT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
-                             f"vocabulary [0, {c.vocab_size})")
+            raise ValueError(
+                f"BERT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
+                f"vocabulary [0, {c.vocab_size})"
+            )
         if segments is None:
             return torch.zeros_like(tokens)
-        if not isinstance(segments, torch.Tensor) or segments.shape != tokens.shape or segments.dtype.is_floating_point \
-                or segments.dtype == torch.bool:
-            what = f"shape {tuple(segments.shape)}, dtype {segments.dtype}" if isinstance(segments, torch.Tensor) \
+        if (
+            not isinstance(segments, torch.Tensor)
+            or segments.shape != tokens.shape
+            or segments.dtype.is_floating_point
+            or segments.dtype == torch.bool
+        ):
+            what = (
+                f"shape {tuple(segments.shape)}, dtype {segments.dtype}"
+                if isinstance(segments, torch.Tensor)
                 else type(segments).__name__
+            )
             raise ValueError(f"BERT: segments must be an integer tensor of the tokens' shape {(B, n)}, got {what}")
         if segments.min() < 0 or segments.max() >= c.n_segments:
-            raise ValueError(f"BERT: segments hold ids in [{int(segments.min())}, {int(segments.max())}], outside "
-                             f"[0, {c.n_segments})")
+            raise ValueError(
+                f"BERT: segments hold ids in [{int(segments.min())}, {int(segments.max())}], outside "
+                f"[0, {c.n_segments})"
+            )
         return segments
 
     def embed(self, tokens: torch.Tensor, segments: torch.Tensor | None = None) -> torch.Tensor:
@@ -288,8 +345,10 @@ class BERT(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return (f"vocab_size={c.vocab_size}, max_len={c.max_len}, d_model={c.d_model}, n_layers={c.n_layers}, "
-                f"position={c.position!r}")
+        return (
+            f"vocab_size={c.vocab_size}, max_len={c.max_len}, d_model={c.d_model}, n_layers={c.n_layers}, "
+            f"position={c.position!r}"
+        )
 
 
 def mean_pool(hidden: torch.Tensor, tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
@@ -301,7 +360,7 @@ def mean_pool(hidden: torch.Tensor, tokens: torch.Tensor, pad_id: int = 0) -> to
     Raises:
         ValueError: a row of nothing but padding (its mean would be 0/0).
     """
-    real = (tokens != pad_id).unsqueeze(-1).to(hidden.dtype)       # (B, n, 1)
+    real = (tokens != pad_id).unsqueeze(-1).to(hidden.dtype)  # (B, n, 1)
     count = real.sum(dim=1)
     if bool((count == 0).any()):
         raise ValueError("mean_pool: a row holds nothing but padding")
@@ -328,8 +387,10 @@ def _batch_fields(batch: Any, nsp: bool) -> tuple[torch.Tensor, torch.Tensor, to
     try:
         tokens, segments, targets, is_next = batch.tokens, batch.segments, batch.targets, batch.is_next
     except AttributeError:
-        raise ValueError(f"pretraining_loss: batch must have tokens, segments, targets and is_next "
-                         f"(a PretrainingBatch), got {type(batch).__name__}") from None
+        raise ValueError(
+            f"pretraining_loss: batch must have tokens, segments, targets and is_next "
+            f"(a PretrainingBatch), got {type(batch).__name__}"
+        ) from None
     if targets.shape != tokens.shape:
         raise ValueError(f"pretraining_loss: targets have shape {tuple(targets.shape)}, tokens {tuple(tokens.shape)}")
     if nsp and is_next.shape != tokens.shape[:1]:
@@ -375,8 +436,9 @@ def pretraining_loss(model: BERT, batch: Any, *, nsp: bool = True) -> Pretrainin
     return PretrainingLoss(mlm + nsp_loss, mlm, nsp_loss, correct, n_predictions, tokens.shape[0])
 
 
-def bert_loss(log: list[dict[str, float]] | None = None, *,
-              nsp: bool = True) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
+def bert_loss(
+    log: list[dict[str, float]] | None = None, *, nsp: bool = True
+) -> Callable[[nn.Module, Any], tuple[torch.Tensor, int]]:
     """The loss function for :func:`~transformer_book.training.fit`: ``(mlm + nsp, n_predictions)``,
     or ``(mlm, n_predictions)`` with ``nsp=False`` (see :func:`pretraining_loss`).
 
@@ -392,18 +454,25 @@ def bert_loss(log: list[dict[str, float]] | None = None, *,
     def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
         result = pretraining_loss(model, batch, nsp=nsp)
         if log is not None:
-            log.append({"training": model.training, "mlm": result.mlm.item(),
-                        "nsp": None if result.nsp is None else result.nsp.item(),
-                        "nsp_correct": result.nsp_correct, "n_predictions": result.n_predictions,
-                        "n_pairs": result.n_pairs})
+            log.append(
+                {
+                    "training": model.training,
+                    "mlm": result.mlm.item(),
+                    "nsp": None if result.nsp is None else result.nsp.item(),
+                    "nsp_correct": result.nsp_correct,
+                    "n_predictions": result.n_predictions,
+                    "n_pairs": result.n_pairs,
+                }
+            )
         return result.total, result.n_predictions
 
     return loss_fn
 
 
 @torch.no_grad()
-def evaluate_pretraining(model: BERT, batches: Iterable[Any], device: torch.device | str | None = None, *,
-                         nsp: bool = True) -> dict[str, float]:
+def evaluate_pretraining(
+    model: BERT, batches: Iterable[Any], device: torch.device | str | None = None, *, nsp: bool = True
+) -> dict[str, float]:
     """MLM loss (weighted by selected positions), NSP loss and accuracy (weighted by pairs) over
     ``batches``, in eval mode (the mode is restored after).
 
@@ -431,8 +500,12 @@ def evaluate_pretraining(model: BERT, batches: Iterable[Any], device: torch.devi
         model.train(was_training)
     if pairs == 0:
         raise ValueError("evaluate_pretraining: batches yielded nothing")
-    scores = {"mlm_loss": mlm / predictions, "mlm_perplexity": math.exp(mlm / predictions),
-              "n_predictions": predictions, "n_pairs": pairs}
+    scores = {
+        "mlm_loss": mlm / predictions,
+        "mlm_perplexity": math.exp(mlm / predictions),
+        "n_predictions": predictions,
+        "n_pairs": pairs,
+    }
     if nsp:
         scores.update(nsp_loss=nsp_total / pairs, nsp_accuracy=correct / pairs)
     return scores

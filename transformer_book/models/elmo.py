@@ -56,8 +56,12 @@ def _describe(t: object) -> str:
 
 def _check_float(owner: str, name: str, t: object, shape: tuple[int | None, ...], dtype: torch.dtype) -> None:
     """``t`` must be a tensor of ``dtype`` whose shape matches ``shape`` (``None``: any size >= 1)."""
-    ok = (isinstance(t, torch.Tensor) and t.dtype == dtype and t.dim() == len(shape)
-          and all(s >= 1 if want is None else s == want for s, want in zip(t.shape, shape)))
+    ok = (
+        isinstance(t, torch.Tensor)
+        and t.dtype == dtype
+        and t.dim() == len(shape)
+        and all(s >= 1 if want is None else s == want for s, want in zip(t.shape, shape))
+    )
     if not ok:
         wanted = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
         raise ValueError(f"{owner}: {name} must be a {dtype} tensor of shape {wanted}, got {_describe(t)}")
@@ -79,8 +83,12 @@ def _add_lstm_parameters(module: nn.Module, owner: str, d_input: int, d_hidden: 
     (i, f, g, o) as in ``torch.nn.LSTM``, and draw them."""
     checks.positive_int(owner, d_input=d_input, d_hidden=d_hidden)
     module.d_input, module.d_hidden = d_input, d_hidden
-    for name, shape in [("weight_ih", (4 * d_hidden, d_input)), ("weight_hh", (4 * d_hidden, d_hidden)),
-                        ("bias_ih", (4 * d_hidden,)), ("bias_hh", (4 * d_hidden,))]:
+    for name, shape in [
+        ("weight_ih", (4 * d_hidden, d_input)),
+        ("weight_hh", (4 * d_hidden, d_hidden)),
+        ("bias_ih", (4 * d_hidden,)),
+        ("bias_hh", (4 * d_hidden,)),
+    ]:
         module.register_parameter(name + suffix, nn.Parameter(torch.empty(shape)))
     _reset_uniform(module)
 
@@ -142,8 +150,10 @@ class LSTMCell(nn.Module):
         if state is None:
             return
         if not isinstance(state, (tuple, list)) or len(state) != 2:
-            raise ValueError(f"LSTMCell: state must be a pair (h, c) or None, got {type(state).__name__}"
-                             + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else ""))
+            raise ValueError(
+                f"LSTMCell: state must be a pair (h, c) or None, got {type(state).__name__}"
+                + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else "")
+            )
         for name, t in zip(("state h", "state c"), state):
             _check_float("LSTMCell", name, t, (x.shape[0], self.d_hidden), dtype)
 
@@ -185,8 +195,10 @@ class LSTMLayer(nn.Module):
             h = c = x.new_zeros(batch, self.d_hidden)
         else:
             if not isinstance(state, (tuple, list)) or len(state) != 2:
-                raise ValueError(f"LSTMLayer: state must be a pair (h_0, c_0) or None, got {type(state).__name__}"
-                                 + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else ""))
+                raise ValueError(
+                    f"LSTMLayer: state must be a pair (h_0, c_0) or None, got {type(state).__name__}"
+                    + (f" of length {len(state)}" if isinstance(state, (tuple, list)) else "")
+                )
             _check_float("LSTMLayer", "state h_0", state[0], (1, batch, self.d_hidden), dtype)
             _check_float("LSTMLayer", "state c_0", state[1], (1, batch, self.d_hidden), dtype)
             h, c = state[0][0], state[1][0]
@@ -238,8 +250,9 @@ class ScalarMix(nn.Module):
         one shape, in the parameters' dtype."""
         if isinstance(layers, torch.Tensor):
             if layers.dim() < 2 or layers.shape[0] != self.n_layers:
-                raise ValueError(f"ScalarMix: layers must be a ({self.n_layers}, ..., d) tensor, got shape "
-                                 f"{tuple(layers.shape)}")
+                raise ValueError(
+                    f"ScalarMix: layers must be a ({self.n_layers}, ..., d) tensor, got shape {tuple(layers.shape)}"
+                )
             stacked = layers
         elif isinstance(layers, Sequence) and not isinstance(layers, str):
             if len(layers) != self.n_layers:
@@ -248,11 +261,15 @@ class ScalarMix(nn.Module):
                 if not isinstance(layer, torch.Tensor):
                     raise ValueError(f"ScalarMix: layer {j} must be a tensor, got {type(layer).__name__}")
                 if layer.shape != layers[0].shape or layer.dim() == 0:
-                    raise ValueError(f"ScalarMix: the layers must share one shape (..., d); layer 0 has shape "
-                                     f"{tuple(layers[0].shape)}, layer {j} has {tuple(layer.shape)}")
+                    raise ValueError(
+                        f"ScalarMix: the layers must share one shape (..., d); layer 0 has shape "
+                        f"{tuple(layers[0].shape)}, layer {j} has {tuple(layer.shape)}"
+                    )
             stacked = torch.stack(list(layers))
         else:
-            raise ValueError(f"ScalarMix: layers must be a tensor or a sequence of tensors, got {type(layers).__name__}")
+            raise ValueError(
+                f"ScalarMix: layers must be a tensor or a sequence of tensors, got {type(layers).__name__}"
+            )
         if stacked.dtype != self.w.dtype:
             raise ValueError(f"ScalarMix: layers have dtype {stacked.dtype}, the parameters {self.w.dtype}")
         return stacked
@@ -281,23 +298,34 @@ class BiLMConfig:
     engine: str = "torch"
 
     def __post_init__(self) -> None:
-        checks.positive_int("BiLMConfig", vocab_size=self.vocab_size, d_embed=self.d_embed, d_hidden=self.d_hidden,
-                            n_layers=self.n_layers)
+        checks.positive_int(
+            "BiLMConfig",
+            vocab_size=self.vocab_size,
+            d_embed=self.d_embed,
+            d_hidden=self.d_hidden,
+            n_layers=self.n_layers,
+        )
         checks.probability("BiLMConfig", "dropout", self.dropout)
         cutoffs = self.cutoffs
-        if not isinstance(cutoffs, (tuple, list)) or any(isinstance(c, bool) or not isinstance(c, int) for c in cutoffs):
+        if not isinstance(cutoffs, (tuple, list)) or any(
+            isinstance(c, bool) or not isinstance(c, int) for c in cutoffs
+        ):
             raise ValueError(f"BiLMConfig: cutoffs must be a tuple of ints, got {cutoffs!r}")
         object.__setattr__(self, "cutoffs", tuple(cutoffs))
         if cutoffs:
             if any(b <= a for a, b in zip(cutoffs, cutoffs[1:])) or cutoffs[0] < 1 or cutoffs[-1] >= self.vocab_size:
-                raise ValueError(f"BiLMConfig: cutoffs must increase strictly and lie in [1, vocab_size="
-                                 f"{self.vocab_size}), got {tuple(cutoffs)}; use cutoffs=() for a full softmax")
+                raise ValueError(
+                    f"BiLMConfig: cutoffs must increase strictly and lie in [1, vocab_size="
+                    f"{self.vocab_size}), got {tuple(cutoffs)}; use cutoffs=() for a full softmax"
+                )
             checks.finite_real("BiLMConfig", "div_value", self.div_value, at_least=1)
             narrowest = int(self.d_embed // self.div_value ** len(cutoffs))
             if narrowest < 1:
-                raise ValueError(f"BiLMConfig: div_value={self.div_value} leaves the last of {len(cutoffs)} tail "
-                                 f"clusters d_embed // div_value**{len(cutoffs)} = {narrowest} features; "
-                                 f"lower div_value or raise d_embed={self.d_embed}")
+                raise ValueError(
+                    f"BiLMConfig: div_value={self.div_value} leaves the last of {len(cutoffs)} tail "
+                    f"clusters d_embed // div_value**{len(cutoffs)} = {narrowest} features; "
+                    f"lower div_value or raise d_embed={self.d_embed}"
+                )
         if self.engine not in ENGINES:
             raise ValueError(f"BiLMConfig: engine must be one of {ENGINES}, got {self.engine!r}")
 
@@ -356,41 +384,61 @@ class BiLM(nn.Module):
         self.backward_projections = nn.ModuleList(nn.Linear(c.d_hidden, c.d_embed) for _ in range(c.n_layers))
         self.dropout = nn.Dropout(c.dropout)
         if c.cutoffs:
-            self.output: nn.Module = nn.AdaptiveLogSoftmaxWithLoss(c.d_embed, c.vocab_size, list(c.cutoffs),
-                                                                   div_value=float(c.div_value))
+            self.output: nn.Module = nn.AdaptiveLogSoftmaxWithLoss(
+                c.d_embed, c.vocab_size, list(c.cutoffs), div_value=float(c.div_value)
+            )
         else:
             self.output = nn.Linear(c.d_embed, c.vocab_size)
 
     def extra_repr(self) -> str:
         c = self.config
         softmax = f"adaptive softmax, cutoffs={c.cutoffs}" if c.cutoffs else "full softmax"
-        return (f"vocab_size={c.vocab_size}, d_embed={c.d_embed}, d_hidden={c.d_hidden}, n_layers={c.n_layers}, "
-                f"{softmax}, engine={c.engine!r}")
+        return (
+            f"vocab_size={c.vocab_size}, d_embed={c.d_embed}, d_hidden={c.d_hidden}, n_layers={c.n_layers}, "
+            f"{softmax}, engine={c.engine!r}"
+        )
 
     # --- input checks ------------------------------------------------------------------------
 
     def _check_tokens(self, owner: str, tokens: torch.Tensor, min_length: int) -> None:
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point \
-                or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        if (
+            not isinstance(tokens, torch.Tensor)
+            or tokens.dim() != 2
+            or tokens.dtype.is_floating_point
+            or tokens.dtype.is_complex
+            or tokens.dtype == torch.bool
+        ):
             raise ValueError(f"BiLM.{owner}: tokens must be a (B, n) integer tensor, got {_describe(tokens)}")
         if tokens.shape[0] < 1 or tokens.shape[1] < min_length:
-            raise ValueError(f"BiLM.{owner}: tokens have shape {tuple(tokens.shape)}; need at least one sequence "
-                             f"of at least {min_length} token{'s' if min_length > 1 else ''}")
+            raise ValueError(
+                f"BiLM.{owner}: tokens have shape {tuple(tokens.shape)}; need at least one sequence "
+                f"of at least {min_length} token{'s' if min_length > 1 else ''}"
+            )
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(f"BiLM.{owner}: tokens hold ids in [{low}, {high}], outside the vocabulary "
-                             f"[0, {self.config.vocab_size})")
+            raise ValueError(
+                f"BiLM.{owner}: tokens hold ids in [{low}, {high}], outside the vocabulary "
+                f"[0, {self.config.vocab_size})"
+            )
 
     @staticmethod
     def _check_lengths(lengths: torch.Tensor, batch: int, n: int) -> None:
-        if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1 or lengths.dtype.is_floating_point \
-                or lengths.dtype.is_complex or lengths.dtype == torch.bool or lengths.shape[0] != batch:
-            raise ValueError(f"BiLM.layer_representations: lengths must be a ({batch},) integer tensor, got "
-                             f"{_describe(lengths)}")
+        if (
+            not isinstance(lengths, torch.Tensor)
+            or lengths.dim() != 1
+            or lengths.dtype.is_floating_point
+            or lengths.dtype.is_complex
+            or lengths.dtype == torch.bool
+            or lengths.shape[0] != batch
+        ):
+            raise ValueError(
+                f"BiLM.layer_representations: lengths must be a ({batch},) integer tensor, got {_describe(lengths)}"
+            )
         low, high = int(lengths.min()), int(lengths.max())
         if low < 1 or high > n:
-            raise ValueError(f"BiLM.layer_representations: lengths must lie in [1, n={n}], got values in "
-                             f"[{low}, {high}]")
+            raise ValueError(
+                f"BiLM.layer_representations: lengths must lie in [1, n={n}], got values in [{low}, {high}]"
+            )
 
     # --- the two directions ------------------------------------------------------------------
 
@@ -403,12 +451,11 @@ class BiLM(nn.Module):
             reps.append(out if j == 0 else out + x)
         return reps
 
-    def _run(
-        self, tokens: torch.Tensor, lengths: torch.Tensor | None
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def _run(self, tokens: torch.Tensor, lengths: torch.Tensor | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Both directions' ``[r_0, ..., r_L]``, the backward ones put back in reading order."""
         r0 = self.dropout(self.embedding(tokens))
         if lengths is None:
+
             def reverse(x: torch.Tensor) -> torch.Tensor:
                 return x.flip(1)
         else:
@@ -416,6 +463,7 @@ class BiLM(nn.Module):
 
             def reverse(x: torch.Tensor) -> torch.Tensor:
                 return x.gather(1, index.expand(-1, -1, x.shape[-1]))
+
         forward = self._stack(r0, self.forward_layers, self.forward_projections)
         backward = self._stack(reverse(r0), self.backward_layers, self.backward_projections)
         return forward, [r0] + [reverse(r) for r in backward[1:]]

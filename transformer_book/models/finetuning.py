@@ -39,8 +39,16 @@ from transformer_book.lora import LoRALinear
 from transformer_book.models.bert import BERT, mean_pool
 
 __all__ = [
-    "POOLINGS", "FineTuningHead", "SequenceClassifier", "TokenTagger", "SpanExtractor", "best_spans",
-    "finetuning_loss", "predict", "freeze_encoder", "trainable_parameters",
+    "POOLINGS",
+    "FineTuningHead",
+    "SequenceClassifier",
+    "TokenTagger",
+    "SpanExtractor",
+    "best_spans",
+    "finetuning_loss",
+    "predict",
+    "freeze_encoder",
+    "trainable_parameters",
 ]
 
 
@@ -113,8 +121,9 @@ class FineTuningHead(nn.Module, metaclass=ABCMeta):
         """
         name = type(self).__name__
         if batch.kind is not None and batch.kind != self.kind:
-            raise ValueError(f"{name}.loss: the batch holds {batch.kind!r} targets, but a {name} reads "
-                             f"{self.kind!r} targets")
+            raise ValueError(
+                f"{name}.loss: the batch holds {batch.kind!r} targets, but a {name} reads {self.kind!r} targets"
+            )
         if tuple(batch.targets.shape) != shape:
             raise ValueError(f"{name}.loss: {self.kind!r} targets must be {shape}, got {tuple(batch.targets.shape)}")
         return batch.targets
@@ -212,8 +221,10 @@ def _check_allowed(allowed: torch.Tensor | None, tokens: torch.Tensor) -> None:
     if allowed is None:
         return
     if allowed.dtype != torch.bool or allowed.shape != tokens.shape:
-        raise ValueError(f"SpanExtractor: allowed must be a bool tensor of the tokens' shape "
-                         f"{tuple(tokens.shape)}, got {allowed.dtype} {tuple(allowed.shape)}")
+        raise ValueError(
+            f"SpanExtractor: allowed must be a bool tensor of the tokens' shape "
+            f"{tuple(tokens.shape)}, got {allowed.dtype} {tuple(allowed.shape)}"
+        )
     if not allowed.any(dim=1).all():
         raise ValueError("SpanExtractor: a row of allowed is all False (no position may hold the answer)")
 
@@ -227,8 +238,10 @@ def _check_answers(answers: torch.Tensor, allowed: torch.Tensor | None, n: int) 
     valid = inside & allowed.gather(1, answers.clamp(0, n - 1)).all(dim=1) & (answers[:, 0] <= answers[:, 1])
     if not valid.all():
         row = int((~valid).nonzero()[0, 0])
-        raise ValueError(f"SpanExtractor.loss: the answer {tuple(answers[row].tolist())} of row {row} starts or ends "
-                         f"outside the allowed positions, or ends before it starts")
+        raise ValueError(
+            f"SpanExtractor.loss: the answer {tuple(answers[row].tolist())} of row {row} starts or ends "
+            f"outside the allowed positions, or ends before it starts"
+        )
 
 
 class SpanExtractor(FineTuningHead):
@@ -246,8 +259,9 @@ class SpanExtractor(FineTuningHead):
         super().__init__(bert)
         self.span = _new_layer(bert.config.d_model, 2)
 
-    def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None,
-                allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, tokens: torch.Tensor, segments: torch.Tensor | None = None, allowed: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         _check_allowed(allowed, tokens)
         start, end = self.span(self.bert.encode(tokens, segments)).unbind(-1)
         if allowed is not None:
@@ -277,8 +291,10 @@ class SpanExtractor(FineTuningHead):
 def _check_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length: int) -> None:
     checks.positive_int("best_spans", max_length=max_length)
     if start_logits.dim() != 2 or start_logits.shape != end_logits.shape:
-        raise ValueError(f"best_spans: start and end logits must both be (B, n), got {tuple(start_logits.shape)} "
-                         f"and {tuple(end_logits.shape)}")
+        raise ValueError(
+            f"best_spans: start and end logits must both be (B, n), got {tuple(start_logits.shape)} "
+            f"and {tuple(end_logits.shape)}"
+        )
 
 
 def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length: int) -> torch.Tensor:
@@ -292,7 +308,7 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length:
     _check_spans(start_logits, end_logits, max_length)
     n = start_logits.shape[1]
     i = torch.arange(n, device=start_logits.device)
-    band = (i[None, :] >= i[:, None]) & (i[None, :] < i[:, None] + max_length)       # (n, n): i <= j < i + L
+    band = (i[None, :] >= i[:, None]) & (i[None, :] < i[:, None] + max_length)  # (n, n): i <= j < i + L
     scores = (start_logits[:, :, None] + end_logits[:, None, :]).masked_fill(~band, float("-inf"))
     flat = scores.flatten(1).argmax(dim=1)
     return torch.stack([flat // n, flat % n], dim=1)
@@ -300,8 +316,10 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_length:
 
 def _head(where: str, model: Any) -> FineTuningHead:
     if not isinstance(model, FineTuningHead):
-        raise ValueError(f"{where}: model must be a FineTuningHead (a SequenceClassifier, TokenTagger or "
-                         f"SpanExtractor), got {type(model).__name__}")
+        raise ValueError(
+            f"{where}: model must be a FineTuningHead (a SequenceClassifier, TokenTagger or "
+            f"SpanExtractor), got {type(model).__name__}"
+        )
     return model
 
 
@@ -357,16 +375,16 @@ def freeze_encoder(model: FineTuningHead, *, trainable_layers: int = 0) -> int:
     n_layers = bert.config.n_layers
     for parameter in bert.parameters():
         parameter.requires_grad_(False)
-    for layer in list(bert.encoder.layers)[n_layers - trainable_layers:]:
+    for layer in list(bert.encoder.layers)[n_layers - trainable_layers :]:
         for parameter in layer.parameters():
             parameter.requires_grad_(True)
     if trainable_layers > 0:
-        trained_on_top = [bert.encoder.norm] if bert.encoder.norm is not None else []   # pre-LN's final norm
+        trained_on_top = [bert.encoder.norm] if bert.encoder.norm is not None else []  # pre-LN's final norm
         if model.reads_pooler:
-            trained_on_top.append(bert.pooler)                                         # the classifier reads it
+            trained_on_top.append(bert.pooler)  # the classifier reads it
         for module in trained_on_top:
             module.requires_grad_(True)
-    for module in bert.modules():            # adapters (apply_lora) train and their base stays fixed, in every layer
+    for module in bert.modules():  # adapters (apply_lora) train and their base stays fixed, in every layer
         if isinstance(module, LoRALinear):
             module.requires_grad_(True)
             module.base.requires_grad_(False)

@@ -57,8 +57,14 @@ class GPTConfig:
     position: str = "learned"
 
     def __post_init__(self) -> None:
-        checks.positive_int("GPTConfig", vocab_size=self.vocab_size, context=self.context, d_model=self.d_model,
-                            n_heads=self.n_heads, n_layers=self.n_layers)
+        checks.positive_int(
+            "GPTConfig",
+            vocab_size=self.vocab_size,
+            context=self.context,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+        )
         if self.d_ff is not None:
             checks.positive_int("GPTConfig", d_ff=self.d_ff)
         if self.d_model % self.n_heads:
@@ -91,11 +97,19 @@ class GPT(nn.Module):
             raise ValueError(f"GPT: config must be a GPTConfig, got {type(config).__name__}")
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.d_model)
-        self.positional = position_encoding(c.position, d_model=c.d_model, n_heads=c.n_heads, max_len=c.context,
-                                            causal=True, ways=("embedding", "bias"), where="GPT")
+        self.positional = position_encoding(
+            c.position,
+            d_model=c.d_model,
+            n_heads=c.n_heads,
+            max_len=c.context,
+            causal=True,
+            ways=("embedding", "bias"),
+            where="GPT",
+        )
         self.dropout = nn.Dropout(c.dropout)
-        self.blocks = Encoder(c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=True,
-                              activation=c.activation)
+        self.blocks = Encoder(
+            c.n_layers, c.d_model, c.n_heads, c.ff_width, c.dropout, norm_first=True, activation=c.activation
+        )
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_output:
             self.output.weight = self.embedding.weight
@@ -115,19 +129,30 @@ class GPT(nn.Module):
                 nn.init.normal_(parameter, std=0.02)
 
     def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point \
-                or tokens.dtype == torch.bool:
-            what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) \
+        if (
+            not isinstance(tokens, torch.Tensor)
+            or tokens.dim() != 2
+            or tokens.dtype.is_floating_point
+            or tokens.dtype == torch.bool
+        ):
+            what = (
+                f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
+                if isinstance(tokens, torch.Tensor)
                 else type(tokens).__name__
+            )
             raise ValueError(f"GPT: tokens must be a (B, n) integer tensor, got {what}")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"GPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
         if bool(((tokens < 0) | (tokens >= self.config.vocab_size)).any()):  # one wait for a GPU, not two
-            raise ValueError(f"GPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
-                             f"vocabulary [0, {self.config.vocab_size})")
+            raise ValueError(
+                f"GPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
+                f"vocabulary [0, {self.config.vocab_size})"
+            )
         if offset + tokens.shape[1] > self.config.context:
-            raise ValueError(f"GPT: {offset + tokens.shape[1]} positions exceed the context of "
-                             f"{self.config.context}; crop the input to its last {self.config.context} tokens")
+            raise ValueError(
+                f"GPT: {offset + tokens.shape[1]} positions exceed the context of "
+                f"{self.config.context}; crop the input to its last {self.config.context} tokens"
+            )
         return self.dropout(self.positional.add(self.embedding(tokens), offset))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -162,11 +187,13 @@ class GPT(nn.Module):
         offset = len(caches[0])
         x = self._embed(tokens_new, offset)
         k = tokens_new.shape[1]
-        mask = self.causal[None, offset:offset + k, :offset + k] if k > 1 else None
+        mask = self.causal[None, offset : offset + k, : offset + k] if k > 1 else None
         bias = self.positional.attention_bias(k, offset + k)  # the k new queries against every key
         return self.output(self.blocks(x, mask, caches=caches, bias=bias)), caches
 
     def extra_repr(self) -> str:
         c = self.config
-        return (f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_layers={c.n_layers}, "
-                f"position={c.position!r}")
+        return (
+            f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_layers={c.n_layers}, "
+            f"position={c.position!r}"
+        )

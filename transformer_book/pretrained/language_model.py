@@ -44,8 +44,17 @@ from transformer_book.pretrained.catalogue import Checkpoint, CheckpointError, F
 from transformer_book.quantization import dequantize
 from transformer_book.tokenizers.bytebpe import PRETOKENIZERS, ByteLevelBPE
 
-__all__ = ["GGUFTensor", "GGUFFile", "PretrainedLM", "read_gguf", "modern_config_from_gguf", "gguf_tensor_names",
-           "tokenizer_from_gguf", "load_gguf", "load_language_model"]
+__all__ = [
+    "GGUFTensor",
+    "GGUFFile",
+    "PretrainedLM",
+    "read_gguf",
+    "modern_config_from_gguf",
+    "gguf_tensor_names",
+    "tokenizer_from_gguf",
+    "load_gguf",
+    "load_language_model",
+]
 
 
 class GGUFTensor(NamedTuple):
@@ -83,12 +92,20 @@ class PretrainedLM(NamedTuple):
         """One line: the name, where it came from, its size and the pinned hash of its file."""
         c = self.model.config
         n = sum(p.numel() for p in self.model.parameters())
-        where = (f"{self.fetched.entry.name} from the {self.fetched.source}" if self.fetched is not None
-                 else str(self.metadata.get("general.name", "a GGUF file")))
-        digest = f"; {self.fetched.entry.weights.name} sha256 {self.fetched.entry.weights.sha256[:16]}..." \
-            if self.fetched is not None else ""
-        return (f"{where}: {n:,} parameters ({c.n_layers} layers, width {c.d_model}, {c.n_heads} query heads, "
-                f"{c.kv_heads} key/value heads), {len(self.tokenizer):,} tokens{digest}")
+        where = (
+            f"{self.fetched.entry.name} from the {self.fetched.source}"
+            if self.fetched is not None
+            else str(self.metadata.get("general.name", "a GGUF file"))
+        )
+        digest = (
+            f"; {self.fetched.entry.weights.name} sha256 {self.fetched.entry.weights.sha256[:16]}..."
+            if self.fetched is not None
+            else ""
+        )
+        return (
+            f"{where}: {n:,} parameters ({c.n_layers} layers, width {c.d_model}, {c.n_heads} query heads, "
+            f"{c.kv_heads} key/value heads), {len(self.tokenizer):,} tokens{digest}"
+        )
 
     def chat_prompt(self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True) -> str:
         """``messages`` (``[{"role": "user", "content": ...}, ...]``) written with the model's chat
@@ -100,16 +117,18 @@ class PretrainedLM(NamedTuple):
         if self.chat_template is None:
             raise ValueError("chat_prompt: this model's file has no chat template")
         if isinstance(messages, (str, Mapping)) or not all(
-                isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
+            isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        ):
             raise ValueError("chat_prompt: messages must be a list of {'role': str, 'content': str} dicts")
         try:
             import jinja2
         except ImportError as err:  # pragma: no cover - a dependency of the package
             raise ImportError("chat_prompt needs jinja2: pip install jinja2") from err
         environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-        return environment.from_string(self.chat_template).render(messages=list(messages),
-                                                                 add_generation_prompt=add_generation_prompt)
+        return environment.from_string(self.chat_template).render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt
+        )
 
 
 def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
@@ -129,13 +148,17 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     except FileNotFoundError:
         raise
     except Exception as err:  # any failure of the parser: a file it cannot read
-        raise CheckpointError(f"{path}: not a GGUF file this reader understands ({type(err).__name__}: {err})") from None
+        raise CheckpointError(
+            f"{path}: not a GGUF file this reader understands ({type(err).__name__}: {err})"
+        ) from None
     size = path.stat().st_size
-    for tensor in reader.tensors:                # a memory map cut short would hand back shorter arrays
+    for tensor in reader.tensors:  # a memory map cut short would hand back shorter arrays
         end = int(tensor.data_offset) + int(tensor.n_bytes)
         if end > size:
-            raise CheckpointError(f"{path}: cut short: tensor {tensor.name} ends at byte {end:,}, the file has "
-                                  f"{size:,} (an interrupted download or copy?)")
+            raise CheckpointError(
+                f"{path}: cut short: tensor {tensor.name} ends at byte {end:,}, the file has "
+                f"{size:,} (an interrupted download or copy?)"
+            )
     metadata = {}
     for name, field in reader.fields.items():
         if name.startswith("GGUF."):
@@ -144,8 +167,10 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
             metadata[name] = field.contents()
         except Exception:  # a field type the reader cannot turn into Python
             continue
-    tensors = {t.name: GGUFTensor(t.tensor_type.name, tuple(int(s) for s in reversed(t.shape.tolist())), t.data)
-               for t in reader.tensors}
+    tensors = {
+        t.name: GGUFTensor(t.tensor_type.name, tuple(int(s) for s in reversed(t.shape.tolist())), t.data)
+        for t in reader.tensors
+    }
     return GGUFFile(path, metadata, tensors)
 
 
@@ -158,29 +183,45 @@ def modern_config_from_gguf(metadata: Mapping[str, Any]) -> ModernGPTConfig:
     """
     architecture = metadata.get("general.architecture")
     if architecture != "llama":
-        raise CheckpointError(f"modern_config_from_gguf: architecture {architecture!r}; only 'llama' files load into "
-                              "ModernGPT")
-    needed = ["block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-              "attention.head_count_kv", "attention.layer_norm_rms_epsilon"]
+        raise CheckpointError(
+            f"modern_config_from_gguf: architecture {architecture!r}; only 'llama' files load into ModernGPT"
+        )
+    needed = [
+        "block_count",
+        "context_length",
+        "embedding_length",
+        "feed_forward_length",
+        "attention.head_count",
+        "attention.head_count_kv",
+        "attention.layer_norm_rms_epsilon",
+    ]
     missing = [f"llama.{k}" for k in needed if f"llama.{k}" not in metadata]
     if missing:
         raise CheckpointError(f"modern_config_from_gguf: the file's metadata lacks {missing}")
     d_model, n_heads = int(metadata["llama.embedding_length"]), int(metadata["llama.attention.head_count"])
     rope_dimensions = int(metadata.get("llama.rope.dimension_count", d_model // n_heads))
     if rope_dimensions != d_model // n_heads:
-        raise CheckpointError(f"modern_config_from_gguf: rotary positions on {rope_dimensions} of each head's "
-                              f"{d_model // n_heads} features; ModernGPT rotates them all")
+        raise CheckpointError(
+            f"modern_config_from_gguf: rotary positions on {rope_dimensions} of each head's "
+            f"{d_model // n_heads} features; ModernGPT rotates them all"
+        )
     tokens = metadata.get("tokenizer.ggml.tokens")
     vocab_size = int(metadata.get("llama.vocab_size", len(tokens) if tokens is not None else 0))
     if tokens is not None and len(tokens) != vocab_size:
         raise CheckpointError(f"modern_config_from_gguf: {len(tokens)} tokens but a vocabulary of {vocab_size}")
-    return ModernGPTConfig(vocab_size=vocab_size, context=int(metadata["llama.context_length"]), d_model=d_model,
-                           n_heads=n_heads, n_kv_heads=int(metadata["llama.attention.head_count_kv"]),
-                           n_layers=int(metadata["llama.block_count"]),
-                           d_ff=int(metadata["llama.feed_forward_length"]), dropout=0.0,
-                           tie_output="output.weight" not in metadata.get("_tensor_names", ()),
-                           rope_base=float(metadata.get("llama.rope.freq_base", 10000.0)),
-                           norm_eps=float(metadata["llama.attention.layer_norm_rms_epsilon"]))
+    return ModernGPTConfig(
+        vocab_size=vocab_size,
+        context=int(metadata["llama.context_length"]),
+        d_model=d_model,
+        n_heads=n_heads,
+        n_kv_heads=int(metadata["llama.attention.head_count_kv"]),
+        n_layers=int(metadata["llama.block_count"]),
+        d_ff=int(metadata["llama.feed_forward_length"]),
+        dropout=0.0,
+        tie_output="output.weight" not in metadata.get("_tensor_names", ()),
+        rope_base=float(metadata.get("llama.rope.freq_base", 10000.0)),
+        norm_eps=float(metadata["llama.attention.layer_norm_rms_epsilon"]),
+    )
 
 
 def gguf_tensor_names(n_layers: int, *, tied: bool = True) -> dict[str, str]:
@@ -191,12 +232,19 @@ def gguf_tensor_names(n_layers: int, *, tied: bool = True) -> dict[str, str]:
         names["output.weight"] = "output.weight"
     for i in range(n_layers):
         theirs, ours = f"blk.{i}.", f"blocks.{i}."
-        names.update({
-            f"{theirs}attn_norm.weight": f"{ours}norm1.gamma", f"{theirs}attn_q.weight": f"{ours}self_attn.w_q.weight",
-            f"{theirs}attn_k.weight": f"{ours}self_attn.w_k.weight", f"{theirs}attn_v.weight": f"{ours}self_attn.w_v.weight",
-            f"{theirs}attn_output.weight": f"{ours}self_attn.w_o.weight", f"{theirs}ffn_norm.weight": f"{ours}norm2.gamma",
-            f"{theirs}ffn_gate.weight": f"{ours}ffn.w1.weight", f"{theirs}ffn_up.weight": f"{ours}ffn.w3.weight",
-            f"{theirs}ffn_down.weight": f"{ours}ffn.w2.weight"})
+        names.update(
+            {
+                f"{theirs}attn_norm.weight": f"{ours}norm1.gamma",
+                f"{theirs}attn_q.weight": f"{ours}self_attn.w_q.weight",
+                f"{theirs}attn_k.weight": f"{ours}self_attn.w_k.weight",
+                f"{theirs}attn_v.weight": f"{ours}self_attn.w_v.weight",
+                f"{theirs}attn_output.weight": f"{ours}self_attn.w_o.weight",
+                f"{theirs}ffn_norm.weight": f"{ours}norm2.gamma",
+                f"{theirs}ffn_gate.weight": f"{ours}ffn.w1.weight",
+                f"{theirs}ffn_up.weight": f"{ours}ffn.w3.weight",
+                f"{theirs}ffn_down.weight": f"{ours}ffn.w2.weight",
+            }
+        )
     return names
 
 
@@ -216,7 +264,7 @@ def tokenizer_from_gguf(metadata: Mapping[str, Any]) -> ByteLevelBPE:
         raise CheckpointError(f"tokenizer_from_gguf: pre-tokenizer {pre!r}; the book has {PRETOKENIZERS}")
     tokens = list(metadata["tokenizer.ggml.tokens"])
     kinds = list(metadata.get("tokenizer.ggml.token_type", [1] * len(tokens)))
-    specials = [token for token, kind in zip(tokens, kinds) if kind == 3]            # llama.cpp's CONTROL tokens
+    specials = [token for token, kind in zip(tokens, kinds) if kind == 3]  # llama.cpp's CONTROL tokens
     merges = [tuple(merge.split(" ")) for merge in metadata["tokenizer.ggml.merges"]]
     try:
         return ByteLevelBPE(merges, specials, tokens=tokens, pretokenizer=pretokenizer)
@@ -224,8 +272,9 @@ def tokenizer_from_gguf(metadata: Mapping[str, Any]) -> ByteLevelBPE:
         raise CheckpointError(f"tokenizer_from_gguf: {err}") from None
 
 
-def load_gguf(path: str | os.PathLike[str], *, device: torch.device | str | None = None,
-              fetched: FetchedCheckpoint | None = None) -> PretrainedLM:
+def load_gguf(
+    path: str | os.PathLike[str], *, device: torch.device | str | None = None, fetched: FetchedCheckpoint | None = None
+) -> PretrainedLM:
     """A LLaMA-architecture GGUF file as the book's :class:`~transformer_book.models.modern.ModernGPT` (float32, eval mode) with its
     tokenizer and chat template.
 
@@ -240,17 +289,27 @@ def load_gguf(path: str | os.PathLike[str], *, device: torch.device | str | None
     missing = sorted(set(names) - set(file.tensors))
     unknown = sorted(set(file.tensors) - set(names))
     if missing or unknown:
-        raise CheckpointError(f"{file.path}: " + "; ".join(
-            part for part in [f"the file lacks {len(missing)} tensors, e.g. {missing[:3]}" if missing else "",
-                              f"{len(unknown)} tensors are not LLaMA's, e.g. {unknown[:3]}" if unknown else ""] if part))
+        raise CheckpointError(
+            f"{file.path}: "
+            + "; ".join(
+                part
+                for part in [
+                    f"the file lacks {len(missing)} tensors, e.g. {missing[:3]}" if missing else "",
+                    f"{len(unknown)} tensors are not LLaMA's, e.g. {unknown[:3]}" if unknown else "",
+                ]
+                if part
+            )
+        )
     model = ModernGPT(config)
     state = model.state_dict()
     with torch.no_grad():
         for theirs, ours in names.items():
             tensor = file.tensors[theirs]
             if tuple(tensor.shape) != tuple(state[ours].shape):
-                raise CheckpointError(f"{file.path}: {theirs} has shape {tensor.shape}, but {ours} of this "
-                                      f"configuration has {tuple(state[ours].shape)}")
+                raise CheckpointError(
+                    f"{file.path}: {theirs} has shape {tensor.shape}, but {ours} of this "
+                    f"configuration has {tuple(state[ours].shape)}"
+                )
             try:
                 state[ours].copy_(dequantize(tensor.raw, tensor.kind, tensor.shape))
             except ValueError as err:
@@ -260,13 +319,20 @@ def load_gguf(path: str | os.PathLike[str], *, device: torch.device | str | None
         model = model.to(device)
     tokenizer = tokenizer_from_gguf(file.metadata)
     meta = file.metadata
-    return PretrainedLM(model, tokenizer, meta.get("tokenizer.chat_template"), meta.get("tokenizer.ggml.bos_token_id"),
-                        meta.get("tokenizer.ggml.eos_token_id"),
-                        {k: v for k, v in meta.items() if not k.startswith("tokenizer.ggml.")}, fetched)
+    return PretrainedLM(
+        model,
+        tokenizer,
+        meta.get("tokenizer.chat_template"),
+        meta.get("tokenizer.ggml.bos_token_id"),
+        meta.get("tokenizer.ggml.eos_token_id"),
+        {k: v for k, v in meta.items() if not k.startswith("tokenizer.ggml.")},
+        fetched,
+    )
 
 
-def load_language_model(name: str | Checkpoint = "SmolLM2-135M-Instruct", *, download: bool = True,
-                        device: torch.device | str | None = None) -> PretrainedLM:
+def load_language_model(
+    name: str | Checkpoint = "SmolLM2-135M-Instruct", *, download: bool = True, device: torch.device | str | None = None
+) -> PretrainedLM:
     """A catalogue language model (a GGUF file) fetched offline first and loaded by :func:`load_gguf`.
 
     Raises:

@@ -43,10 +43,33 @@ from transformer_book.recipes import loading
 from transformer_book.tokenizers.wordpiece import SPECIAL_TOKENS, WordPieceTokenizer
 
 __all__ = [
-    "MAX_LEN", "INPUTS", "Recipe", "FIRST_EDITION", "STARTING_POINT", "recipe", "study_recipes", "ROUNDS",
-    "train_config", "PretrainingData", "prepare_data", "training_batches", "validation_batches",
-    "unigram_cross_entropy", "new_model", "train", "seconds_per_step", "validation_mlm", "continue_pretraining",
-    "run_study", "load_study", "study_path", "STUDY_FILE", "GPU_RECIPE", "checkpoint_path", "save", "load_or_train",
+    "MAX_LEN",
+    "INPUTS",
+    "Recipe",
+    "FIRST_EDITION",
+    "STARTING_POINT",
+    "recipe",
+    "study_recipes",
+    "ROUNDS",
+    "train_config",
+    "PretrainingData",
+    "prepare_data",
+    "training_batches",
+    "validation_batches",
+    "unigram_cross_entropy",
+    "new_model",
+    "train",
+    "seconds_per_step",
+    "validation_mlm",
+    "continue_pretraining",
+    "run_study",
+    "load_study",
+    "study_path",
+    "STUDY_FILE",
+    "GPU_RECIPE",
+    "checkpoint_path",
+    "save",
+    "load_or_train",
 ]
 
 MAX_LEN = 128
@@ -91,8 +114,16 @@ class Recipe:
     steps: int = 7_000
 
     def __post_init__(self) -> None:
-        checks.positive_int("Recipe", d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
-                            vocab_size=self.vocab_size, max_len=self.max_len, batch=self.batch, steps=self.steps)
+        checks.positive_int(
+            "Recipe",
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            vocab_size=self.vocab_size,
+            max_len=self.max_len,
+            batch=self.batch,
+            steps=self.steps,
+        )
         if self.n_documents is not None:
             checks.integer("Recipe", "n_documents", self.n_documents, minimum=2)
         checks.choice("Recipe", "position", self.position, POSITIONS)
@@ -101,8 +132,16 @@ class Recipe:
             raise ValueError(f"Recipe: max_len must lie in [8, {MAX_LEN}], got {self.max_len}")
         checks.probability("Recipe", "select_prob", self.select_prob, zero=False)
         checks.finite_real("Recipe", "lr", self.lr, above=0)
-        BERTConfig(self.vocab_size, max_len=MAX_LEN, d_model=self.d_model, n_heads=self.n_heads,
-                   n_layers=self.n_layers, dropout=self.dropout, norm_first=self.norm_first, position=self.position)
+        BERTConfig(
+            self.vocab_size,
+            max_len=MAX_LEN,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            dropout=self.dropout,
+            norm_first=self.norm_first,
+            position=self.position,
+        )
 
     @property
     def nsp(self) -> bool:
@@ -112,17 +151,36 @@ class Recipe:
     def model_config(self, vocab_size: int) -> BERTConfig:
         """The model of the recipe for a tokenizer of ``vocab_size`` pieces (``MAX_LEN`` positions,
         whatever length it trains on, so that every model reads the same validation text)."""
-        return BERTConfig(vocab_size, max_len=MAX_LEN, d_model=self.d_model, n_heads=self.n_heads,
-                          n_layers=self.n_layers, dropout=self.dropout, norm_first=self.norm_first,
-                          position=self.position, eps=1e-12)
+        return BERTConfig(
+            vocab_size,
+            max_len=MAX_LEN,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            dropout=self.dropout,
+            norm_first=self.norm_first,
+            position=self.position,
+            eps=1e-12,
+        )
 
     def replace(self, **changes: Any) -> Recipe:
         """A copy with ``changes`` (checked like a new recipe)."""
         return dataclasses.replace(self, **changes)
 
 
-FIRST_EDITION = Recipe(d_model=128, n_heads=2, n_layers=2, position="learned", norm_first=False, dropout=0.1,
-                       vocab_size=8_000, inputs="sentence pairs", select_prob=0.15, batch=32, lr=1e-3)
+FIRST_EDITION = Recipe(
+    d_model=128,
+    n_heads=2,
+    n_layers=2,
+    position="learned",
+    norm_first=False,
+    dropout=0.1,
+    vocab_size=8_000,
+    inputs="sentence pairs",
+    select_prob=0.15,
+    batch=32,
+    lr=1e-3,
+)
 """The recipe of chapter 13's first edition, BERT's own choices scaled down (learned positions,
 post-LN, dropout 0.1, 15% masking, next-sentence prediction on pairs of single sentences)."""
 
@@ -151,7 +209,7 @@ def recipe(device: torch.device | str | None = None, profile: str | None = None)
     """
     profile = profile or runtime.profile()
     if device is not None:
-        torch.device(device)                      # a bad device name is still an error
+        torch.device(device)  # a bad device name is still an error
     if profile != "full":
         return Recipe(d_model=32, n_heads=2, n_layers=1, vocab_size=2_000, n_documents=150, batch=16, steps=20)
     return Recipe()
@@ -207,10 +265,19 @@ def train_config(steps: int, lr: float, budget_s: float | None = None) -> traini
 def _train_config(steps: int, lr: float, budget_s: float | None = None) -> training.TrainConfig:
     """:func:`train_config` of a number of steps already checked (a recipe's, or the one
     :func:`continue_pretraining` was given)."""
-    return training.TrainConfig(steps=steps, lr=lr, betas=(0.9, 0.999), weight_decay=0.01,
-                                warmup_steps=min(300, max(1, steps // 10), steps - 1), schedule="cosine", clip_norm=1.0,
-                                eval_every=max(1, steps // 8), log_every=max(1, steps // 100), seed=0,
-                                time_budget_s=budget_s)
+    return training.TrainConfig(
+        steps=steps,
+        lr=lr,
+        betas=(0.9, 0.999),
+        weight_decay=0.01,
+        warmup_steps=min(300, max(1, steps // 10), steps - 1),
+        schedule="cosine",
+        clip_norm=1.0,
+        eval_every=max(1, steps // 8),
+        log_every=max(1, steps // 100),
+        seed=0,
+        time_budget_s=budget_s,
+    )
 
 
 class PretrainingData(NamedTuple):
@@ -223,17 +290,23 @@ class PretrainingData(NamedTuple):
     piece_counts: np.ndarray
 
 
-def _sequences(r: Recipe, tokenizer: WordPieceTokenizer, documents: Sequence[Sequence[str]],
-               seed: int) -> pretraining.EncodedPairs:
+def _sequences(
+    r: Recipe, tokenizer: WordPieceTokenizer, documents: Sequence[Sequence[str]], seed: int
+) -> pretraining.EncodedPairs:
     if r.inputs == "sentence pairs":
-        return pretraining.encode_sentence_pairs(tokenizer, pretraining.make_sentence_pairs(documents, seed=seed),
-                                                 max_len=r.max_len)
+        return pretraining.encode_sentence_pairs(
+            tokenizer, pretraining.make_sentence_pairs(documents, seed=seed), max_len=r.max_len
+        )
     return pretraining.pack_documents(tokenizer, documents, r.max_len, nsp=r.nsp, seed=seed)
 
 
-def prepare_data(r: Recipe, train_documents: Sequence[Sequence[str]] | None = None,
-                 valid_documents: Sequence[Sequence[str]] | None = None, *,
-                 tokenizer: WordPieceTokenizer | None = None) -> PretrainingData:
+def prepare_data(
+    r: Recipe,
+    train_documents: Sequence[Sequence[str]] | None = None,
+    valid_documents: Sequence[Sequence[str]] | None = None,
+    *,
+    tokenizer: WordPieceTokenizer | None = None,
+) -> PretrainingData:
     """The recipe's tokenizer and sequences from WikiText-2's articles (default: the training
     and validation articles, the first ``r.n_documents`` of the training ones and, when that is
     set, the first 20 validation ones). A ``tokenizer`` (trained as the recipe says) is reused
@@ -246,19 +319,25 @@ def prepare_data(r: Recipe, train_documents: Sequence[Sequence[str]] | None = No
     sentences = [s for d in train_documents for s in d]
     if tokenizer is None:
         tokenizer = WordPieceTokenizer.train(sentences, vocab_size=r.vocab_size)
-    counts = np.bincount(np.concatenate([np.asarray(x, dtype=np.int64) for x in tokenizer.encode_batch(sentences)]),
-                         minlength=len(tokenizer))
-    return PretrainingData(tokenizer, _sequences(r, tokenizer, train_documents, 0),
-                           _sequences(r, tokenizer, valid_documents, 1), counts)
+    counts = np.bincount(
+        np.concatenate([np.asarray(x, dtype=np.int64) for x in tokenizer.encode_batch(sentences)]),
+        minlength=len(tokenizer),
+    )
+    return PretrainingData(
+        tokenizer, _sequences(r, tokenizer, train_documents, 0), _sequences(r, tokenizer, valid_documents, 1), counts
+    )
 
 
 def training_batches(r: Recipe, d: PretrainingData, *, seed: int = 0) -> pretraining.PretrainingBatches:
     """Batches of ``r.batch`` training sequences, ``r.select_prob`` of their pieces selected."""
-    return pretraining.PretrainingBatches(d.train, r.batch, vocab_size=len(d.tokenizer), seed=seed,
-                                          select_prob=r.select_prob)
+    return pretraining.PretrainingBatches(
+        d.train, r.batch, vocab_size=len(d.tokenizer), seed=seed, select_prob=r.select_prob
+    )
 
 
-def validation_batches(d: PretrainingData, *, batch: int = 64, limit: int | None = None) -> list[pretraining.PretrainingBatch]:
+def validation_batches(
+    d: PretrainingData, *, batch: int = 64, limit: int | None = None
+) -> list[pretraining.PretrainingBatch]:
     """The validation sequences in a fixed order, masked once with a fixed seed at BERT's 15%
     (whatever rate the recipe trains with, so that every recipe answers the same kind of
     question); the first ``limit`` batches only, when given."""
@@ -285,10 +364,18 @@ def new_model(r: Recipe, d: PretrainingData, *, seed: int = 0) -> BERT:
     return BERT(r.model_config(len(d.tokenizer)))
 
 
-def train(r: Recipe, d: PretrainingData, *, device: torch.device | str | None = None,
-          val_batches: Sequence[pretraining.PretrainingBatch] | None = None, eval_every: int | None = None,
-          log: list[dict[str, Any]] | None = None, progress: bool = True, seed: int = 0,
-          budget_s: float | None = None) -> tuple[BERT, training.History]:
+def train(
+    r: Recipe,
+    d: PretrainingData,
+    *,
+    device: torch.device | str | None = None,
+    val_batches: Sequence[pretraining.PretrainingBatch] | None = None,
+    eval_every: int | None = None,
+    log: list[dict[str, Any]] | None = None,
+    progress: bool = True,
+    seed: int = 0,
+    budget_s: float | None = None,
+) -> tuple[BERT, training.History]:
     """Pretrain a new BERT of the recipe for ``r.steps`` steps (or ``budget_s`` seconds of training);
     :func:`save` saves it.
 
@@ -302,25 +389,42 @@ def train(r: Recipe, d: PretrainingData, *, device: torch.device | str | None = 
     config = _train_config(r.steps, r.lr, budget_s)
     if eval_every is not None:
         config = dataclasses.replace(config, eval_every=eval_every)
-    history = training.fit(model, training_batches(r, d, seed=seed), bert_loss(log, nsp=r.nsp), config,
-                           val_batches=(lambda: val_batches) if val_batches is not None else None, device=device,
-                           progress=progress)
+    history = training.fit(
+        model,
+        training_batches(r, d, seed=seed),
+        bert_loss(log, nsp=r.nsp),
+        config,
+        val_batches=(lambda: val_batches) if val_batches is not None else None,
+        device=device,
+        progress=progress,
+    )
     return model, history
 
 
-def seconds_per_step(r: Recipe, d: PretrainingData, *, device: torch.device | str | None = None, steps: int = 12,
-                     warmup: int = 3) -> float:
+def seconds_per_step(
+    r: Recipe, d: PretrainingData, *, device: torch.device | str | None = None, steps: int = 12, warmup: int = 3
+) -> float:
     """The median time of one training step of the recipe (forward, backward, AdamW), measured on
     ``steps`` steps of real batches after ``warmup`` untimed ones
     (:func:`~transformer_book.training.seconds_per_step` on a fresh model)."""
     device = torch.device(device) if device is not None else runtime.select_device()
-    return training.seconds_per_step(new_model(r, d), training_batches(r, d), bert_loss(nsp=r.nsp), device=device,
-                                     steps=steps, warmup=warmup)
+    return training.seconds_per_step(
+        new_model(r, d), training_batches(r, d), bert_loss(nsp=r.nsp), device=device, steps=steps, warmup=warmup
+    )
 
 
-def continue_pretraining(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequence[str], *, steps: int,
-                         r: Recipe | None = None, lr: float | None = None, device: torch.device | str | None = None,
-                         seed: int = 0, progress: bool = True) -> tuple[BERT, training.History]:
+def continue_pretraining(
+    model: BERT,
+    tokenizer: WordPieceTokenizer,
+    texts: Sequence[str],
+    *,
+    steps: int,
+    r: Recipe | None = None,
+    lr: float | None = None,
+    device: torch.device | str | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[BERT, training.History]:
     """Task-adaptive pretraining (Gururangan et al., 2020): a copy of ``model`` trained ``steps``
     more steps with its recipe's masked-language modelling on ``texts``, a task's own unlabelled
     text (its training inputs, without their labels).
@@ -339,11 +443,18 @@ def continue_pretraining(model: BERT, tokenizer: WordPieceTokenizer, texts: Sequ
         raise ValueError("continue_pretraining: texts must be a non-empty list of strings")
     r = r or Recipe()
     sequences = pretraining.pack_documents(tokenizer, [list(texts)], r.max_len, nsp=False)
-    batches = pretraining.PretrainingBatches(sequences, r.batch, vocab_size=len(tokenizer), seed=seed,
-                                             select_prob=r.select_prob)
+    batches = pretraining.PretrainingBatches(
+        sequences, r.batch, vocab_size=len(tokenizer), seed=seed, select_prob=r.select_prob
+    )
     adapted = copy.deepcopy(model)
-    history = training.fit(adapted, batches, bert_loss(nsp=False), _train_config(steps, lr if lr is not None else r.lr),
-                           device=device, progress=progress)
+    history = training.fit(
+        adapted,
+        batches,
+        bert_loss(nsp=False),
+        _train_config(steps, lr if lr is not None else r.lr),
+        device=device,
+        progress=progress,
+    )
     return adapted.eval(), history
 
 
@@ -370,27 +481,46 @@ def validation_mlm(log: Sequence[dict[str, Any]], history: training.History) -> 
                 groups.append([])
             groups[-1].append(entry)
     if len(groups) != len(history.val_loss):
-        raise ValueError(f"validation_mlm: the log holds {len(groups)} validations, the history "
-                         f"{len(history.val_loss)}: not the log of this run")
-    return [(step, sum(e["mlm"] * e["n_predictions"] for e in group) / sum(e["n_predictions"] for e in group))
-            for (step, _), group in zip(history.val_loss, groups)]
+        raise ValueError(
+            f"validation_mlm: the log holds {len(groups)} validations, the history "
+            f"{len(history.val_loss)}: not the log of this run"
+        )
+    return [
+        (step, sum(e["mlm"] * e["n_predictions"] for e in group) / sum(e["n_predictions"] for e in group))
+        for (step, _), group in zip(history.val_loss, groups)
+    ]
 
 
-def _study_run(name: str, r: Recipe, budget_s: float, per_step: float, evaluations: int,
-               documents: tuple[Any, Any], device: str) -> dict[str, Any]:
+def _study_run(
+    name: str, r: Recipe, budget_s: float, per_step: float, evaluations: int, documents: tuple[Any, Any], device: str
+) -> dict[str, Any]:
     """One recipe of the study, run for ``budget_s / per_step`` steps in this process."""
     d = prepare_data(r, *documents)
     valid = validation_batches(d)
     steps = max(evaluations, int(budget_s / per_step))
     log: list[dict[str, Any]] = []
-    model, history = train(r.replace(steps=steps), d, device=device, val_batches=valid[:8],
-                           eval_every=max(1, steps // evaluations), log=log, progress=False)
+    model, history = train(
+        r.replace(steps=steps),
+        d,
+        device=device,
+        val_batches=valid[:8],
+        eval_every=max(1, steps // evaluations),
+        log=log,
+        progress=False,
+    )
     final = evaluate_pretraining(model, valid, device=device, nsp=r.nsp)
-    return {"name": name, "recipe": dataclasses.asdict(r.replace(steps=steps)), "seconds_per_step": per_step,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "unigram_loss": unigram_cross_entropy(d, valid[:8]), "val_mlm": validation_mlm(log, history),
-            "final_mlm_loss": final["mlm_loss"], "final_unigram_loss": unigram_cross_entropy(d, valid),
-            "final_nsp_accuracy": final.get("nsp_accuracy"), "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "name": name,
+        "recipe": dataclasses.asdict(r.replace(steps=steps)),
+        "seconds_per_step": per_step,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "unigram_loss": unigram_cross_entropy(d, valid[:8]),
+        "val_mlm": validation_mlm(log, history),
+        "final_mlm_loss": final["mlm_loss"],
+        "final_unigram_loss": unigram_cross_entropy(d, valid),
+        "final_nsp_accuracy": final.get("nsp_accuracy"),
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def _same_step(a: Recipe, b: Recipe) -> bool:
@@ -399,11 +529,18 @@ def _same_step(a: Recipe, b: Recipe) -> bool:
     return a.replace(lr=b.lr, steps=b.steps) == b
 
 
-def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
-              recipes: dict[str, Recipe] | None = None,
-              documents: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
-              output: str | Path | None = None, jobs: int = 1, device: torch.device | str = "cpu",
-              evaluations: int = 10, merge: bool = False) -> dict[str, Any]:
+def run_study(
+    budget_s: float = 300.0,
+    *,
+    names: Sequence[str] | None = None,
+    recipes: dict[str, Recipe] | None = None,
+    documents: tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]] | None = None,
+    output: str | Path | None = None,
+    jobs: int = 1,
+    device: torch.device | str = "cpu",
+    evaluations: int = 10,
+    merge: bool = False,
+) -> dict[str, Any]:
     """Chapter 13's compute study: every recipe of :func:`study_recipes` (or those ``names``, or
     the given ``recipes``) trained for the same ``budget_s`` seconds of training on this machine.
 
@@ -426,8 +563,10 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
     if merge and path.exists():
         earlier = json.loads(path.read_text())
         if earlier["budget_s"] != budget_s:
-            raise ValueError(f"run_study: {path} holds runs of {earlier['budget_s']} s, not {budget_s} s; "
-                             f"merge only runs of the same budget")
+            raise ValueError(
+                f"run_study: {path} holds runs of {earlier['budget_s']} s, not {budget_s} s; "
+                f"merge only runs of the same budget"
+            )
         kept = earlier["runs"]
     if recipes is None:
         every = study_recipes()
@@ -444,8 +583,11 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
     timings = {}
     for name, r in recipes.items():
         same_step = [run for run in kept if _same_step(Recipe(**run["recipe"]), r)]
-        timings[name] = (same_step[0]["seconds_per_step"] if same_step
-                         else seconds_per_step(r, prepare_data(r, *documents), device=device))
+        timings[name] = (
+            same_step[0]["seconds_per_step"]
+            if same_step
+            else seconds_per_step(r, prepare_data(r, *documents), device=device)
+        )
     arguments = [(name, r, budget_s, timings[name], evaluations, documents, str(device)) for name, r in recipes.items()]
     if jobs > 1:
         import multiprocessing
@@ -458,12 +600,17 @@ def run_study(budget_s: float = 300.0, *, names: Sequence[str] | None = None,
     runs = [run for run in kept if run["name"] not in new] + runs
     order = list(study_recipes())
     runs.sort(key=lambda run: order.index(run["name"]) if run["name"] in order else len(order))
-    study = {"budget_s": budget_s, "device": runtime.device_description(torch.device(device)),
-             "threads_for_timing": torch.get_num_threads(), "torch_version": torch.__version__,
-             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs}
+    study = {
+        "budget_s": budget_s,
+        "device": runtime.device_description(torch.device(device)),
+        "threads_for_timing": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": runs,
+    }
     text = json.dumps(study, indent=1) + "\n"
     write_atomically(path, text)
-    return json.loads(text)                                         # as load_study reads it back
+    return json.loads(text)  # as load_study reads it back
 
 
 def load_study(path: str | Path | None = None) -> dict[str, Any]:
@@ -473,14 +620,16 @@ def load_study(path: str | Path | None = None) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- chapters 14 and 15
 
+
 def checkpoint_path(profile: str | None = None) -> Path:
     """Where chapter 13 saves its BERT: ``<cache>/checkpoints/13_bert_pretraining-<profile>.pt``
     (one file per profile, so that a quick run never stands in for a full one)."""
     return loading.checkpoint_file("13_bert_pretraining", profile)
 
 
-def save(model: BERT, tokenizer: WordPieceTokenizer, metadata: dict[str, Any], *, r: Recipe,
-         path: str | Path | None = None) -> Path:
+def save(
+    model: BERT, tokenizer: WordPieceTokenizer, metadata: dict[str, Any], *, r: Recipe, path: str | Path | None = None
+) -> Path:
     """Save a BERT pretrained with the recipe ``r`` and its tokenizer to ``path`` (default
     :func:`checkpoint_path`) for :func:`load_or_train`: with ``metadata`` (chapter 13 records the
     ``steps``, ``train_seconds``, ``mlm_loss`` and ``unigram_loss``) and then the recipe, as a dict
@@ -497,8 +646,12 @@ def save(model: BERT, tokenizer: WordPieceTokenizer, metadata: dict[str, Any], *
         raise ValueError(f"save: r must be a recipes.bert.Recipe, got {type(r).__name__}")
     if "recipe" in metadata:
         raise ValueError("save: metadata holds a 'recipe'; the recipe is recorded from r")
-    return checkpoints.save_model(Path(path) if path is not None else checkpoint_path(), model, tokenizer=tokenizer,
-                                  metadata=_metadata(r, metadata))
+    return checkpoints.save_model(
+        Path(path) if path is not None else checkpoint_path(),
+        model,
+        tokenizer=tokenizer,
+        metadata=_metadata(r, metadata),
+    )
 
 
 def load_or_train(
@@ -533,13 +686,18 @@ def load_or_train(
         valid = validation_batches(d)
         model, history = train(chosen, d, device=device, val_batches=valid[: max(1, 1_000 // 64)], progress=progress)
         final = evaluate_pretraining(model, valid, device=device, nsp=chosen.nsp)
-        metadata = {"steps": history.train_loss[-1][0], "train_seconds": history.train_time_s[-1][1],
-                    "mlm_loss": final["mlm_loss"], "unigram_loss": unigram_cross_entropy(d, valid)}
+        metadata = {
+            "steps": history.train_loss[-1][0],
+            "train_seconds": history.train_time_s[-1][1],
+            "mlm_loss": final["mlm_loss"],
+            "unigram_loss": unigram_cross_entropy(d, valid),
+        }
         save(model, d.tokenizer, metadata, r=chosen, path=path)
         return model, d.tokenizer, _metadata(chosen, metadata)
 
-    return loading.load_or_train(path, pretrained, model_class=BERT, tokenizer_class=WordPieceTokenizer,
-                                 device=device, where="load_or_train")
+    return loading.load_or_train(
+        path, pretrained, model_class=BERT, tokenizer_class=WordPieceTokenizer, device=device, where="load_or_train"
+    )
 
 
 def _metadata(r: Recipe, metadata: dict[str, Any]) -> dict[str, Any]:
@@ -548,8 +706,9 @@ def _metadata(r: Recipe, metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m transformer_book.recipes.bert",
-                                     description="Chapter 13's compute study of pretraining recipes.")
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer_book.recipes.bert", description="Chapter 13's compute study of pretraining recipes."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     study = sub.add_parser("study", help="train every recipe for the same time and write the curves")
     study.add_argument("--budget", type=float, default=300.0, help="seconds of training per recipe (default 300)")
@@ -560,8 +719,10 @@ def _main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     result = run_study(args.budget, names=args.only, output=args.output, jobs=args.jobs, merge=args.merge)
     for run in result["runs"]:
-        print(f"{run['name']:<24} {run['recipe']['steps']:>6,} steps  MLM {run['final_mlm_loss']:.3f}  "
-              f"unigram {run['final_unigram_loss']:.3f}  below unigram {run['final_unigram_loss'] - run['final_mlm_loss']:.3f}")
+        print(
+            f"{run['name']:<24} {run['recipe']['steps']:>6,} steps  MLM {run['final_mlm_loss']:.3f}  "
+            f"unigram {run['final_unigram_loss']:.3f}  below unigram {run['final_unigram_loss'] - run['final_mlm_loss']:.3f}"
+        )
 
 
 if __name__ == "__main__":

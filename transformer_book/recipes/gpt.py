@@ -31,8 +31,20 @@ from transformer_book import checkpoints, checks, data, objectives, runtime, tra
 from transformer_book.models import GPT, GPTConfig
 from transformer_book.recipes import loading
 
-__all__ = ["Sizes", "TINY_SIZES", "SMALL_SIZES", "LONG_SIZES", "Recipe", "TrainedLM", "recipe", "validation_batches",
-           "train", "checkpoint_path", "save", "load_or_train"]
+__all__ = [
+    "Sizes",
+    "TINY_SIZES",
+    "SMALL_SIZES",
+    "LONG_SIZES",
+    "Recipe",
+    "TrainedLM",
+    "recipe",
+    "validation_batches",
+    "train",
+    "checkpoint_path",
+    "save",
+    "load_or_train",
+]
 
 
 @dataclass(frozen=True)
@@ -53,12 +65,18 @@ class Sizes:
     dropout: float
 
     def __post_init__(self) -> None:
-        self.model_config(1)                      # sizes that make no GPT are refused here, not at training
+        self.model_config(1)  # sizes that make no GPT are refused here, not at training
 
     def model_config(self, vocab_size: int) -> GPTConfig:
         """The :class:`~transformer_book.models.gpt.GPTConfig` of these sizes for ``vocab_size`` tokens."""
-        return GPTConfig(vocab_size, context=self.context, d_model=self.d_model, n_heads=self.n_heads,
-                         n_layers=self.n_layers, dropout=self.dropout)
+        return GPTConfig(
+            vocab_size,
+            context=self.context,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_layers=self.n_layers,
+            dropout=self.dropout,
+        )
 
     def replace(self, **changes: Any) -> Sizes:
         """A copy with ``changes`` (checked like new sizes; an unknown name is a TypeError)."""
@@ -96,8 +114,9 @@ class Recipe:
 
     def __post_init__(self) -> None:
         if not isinstance(self.sizes, Sizes):
-            raise TypeError(f"Recipe: sizes must be a recipes.gpt.Sizes (such as SMALL_SIZES), "
-                            f"got {type(self.sizes).__name__}")
+            raise TypeError(
+                f"Recipe: sizes must be a recipes.gpt.Sizes (such as SMALL_SIZES), got {type(self.sizes).__name__}"
+            )
         checks.positive_int("Recipe", batch=self.batch, steps=self.steps)
         checks.non_negative_int("Recipe", warmup_steps=self.warmup_steps)
         checks.finite_real("Recipe", "lr", self.lr, above=0)
@@ -115,13 +134,25 @@ class Recipe:
     def train_config(self, seed: int = 0) -> training.TrainConfig:
         """The :class:`~transformer_book.training.TrainConfig` of this recipe: ten evaluations
         and fifty logged losses over the run."""
-        return training.TrainConfig(steps=self.steps, lr=self.lr, betas=(0.9, 0.99), weight_decay=0.1,
-                                    warmup_steps=self.warmup_steps, schedule="cosine", min_lr_ratio=0.1,
-                                    smoothing=0.0, clip_norm=1.0, eval_every=max(1, self.steps // 10),
-                                    log_every=max(1, self.steps // 50), seed=seed, time_budget_s=self.budget_s)
+        return training.TrainConfig(
+            steps=self.steps,
+            lr=self.lr,
+            betas=(0.9, 0.99),
+            weight_decay=0.1,
+            warmup_steps=self.warmup_steps,
+            schedule="cosine",
+            min_lr_ratio=0.1,
+            smoothing=0.0,
+            clip_norm=1.0,
+            eval_every=max(1, self.steps // 10),
+            log_every=max(1, self.steps // 50),
+            seed=seed,
+            time_budget_s=self.budget_s,
+        )
 
-    def filling(self, budget_s: float, vocab_size: int, *, device: torch.device | str,
-                model: nn.Module | None = None) -> Recipe:
+    def filling(
+        self, budget_s: float, vocab_size: int, *, device: torch.device | str, model: nn.Module | None = None
+    ) -> Recipe:
         """This recipe with the number of steps that fills 97% of ``budget_s`` seconds on
         ``device`` (timed on a throwaway model: a GPT of the recipe's sizes, or ``model``, a
         language model of another architecture to be trained with this recipe;
@@ -130,8 +161,9 @@ class Recipe:
         checks.finite_real("Recipe.filling", "budget_s", budget_s, above=0)
         model = GPT(self.model_config(vocab_size)) if model is None else model
         x = torch.randint(0, vocab_size, (self.batch, self.sizes.context + 1))
-        step_s = training.seconds_per_step(model, lambda step: (x[:, :-1], x[:, 1:]), objectives.language_model_loss(),
-                                           device=device)
+        step_s = training.seconds_per_step(
+            model, lambda step: (x[:, :-1], x[:, 1:]), objectives.language_model_loss(), device=device
+        )
         steps = training.steps_in_budget(budget_s, step_s)
         return dataclasses.replace(self, steps=steps, warmup_steps=min(100, steps // 10), budget_s=budget_s)
 
@@ -145,7 +177,9 @@ def recipe(profile: str | None = None) -> Recipe:
     return Recipe(TINY_SIZES, batch=16, lr=2e-3, steps=20, warmup_steps=2, budget_s=2.0)
 
 
-def validation_batches(ids: torch.Tensor, context: int, *, n_batches: int, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def validation_batches(
+    ids: torch.Tensor, context: int, *, n_batches: int, batch: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``n_batches`` fixed batches of ``batch`` random windows of ``ids`` (seed 1234), the same
     for every model of one context, so that validation losses compare."""
     windows = data.RandomWindows(ids, context, batch, seed=1234)
@@ -186,13 +220,25 @@ def train(
     context = recipe.sizes.context
     torch.manual_seed(seed)
     model = GPT(recipe.model_config(vocab_size)) if build is None else build()
-    history = training.fit(model, data.RandomWindows(train_ids, context, recipe.batch, seed=seed),
-                           objectives.language_model_loss(), recipe.train_config(seed),
-                           val_batches=lambda: val_batches, device=device, progress=progress)
+    history = training.fit(
+        model,
+        data.RandomWindows(train_ids, context, recipe.batch, seed=seed),
+        objectives.language_model_loss(),
+        recipe.train_config(seed),
+        val_batches=lambda: val_batches,
+        device=device,
+        progress=progress,
+    )
     done = history.train_loss[-1][0]
     seconds = history.time_at(done)
-    summary = dict(name=name, parameters=sum(p.numel() for p in model.parameters()), steps=done, seconds=seconds,
-                   val_loss=history.val_loss[-1][1], tokens_per_s=done * recipe.batch * context / seconds)
+    summary = dict(
+        name=name,
+        parameters=sum(p.numel() for p in model.parameters()),
+        steps=done,
+        seconds=seconds,
+        val_loss=history.val_loss[-1][1],
+        tokens_per_s=done * recipe.batch * context / seconds,
+    )
     return TrainedLM(model.eval(), history, summary)
 
 
@@ -215,14 +261,19 @@ def save(model: GPT, corpus: data.CharCorpus, metadata: dict[str, Any], *, path:
     if not isinstance(model, GPT):
         raise ValueError(f"recipes.gpt.save: model must be a GPT, got {type(model).__name__}")
     if model.config.vocab_size != corpus.vocab_size:
-        raise ValueError(f"recipes.gpt.save: the model reads {model.config.vocab_size} ids, the corpus has "
-                         f"{corpus.vocab_size} characters")
-    return checkpoints.save_model(Path(path) if path is not None else checkpoint_path(), model,
-                                  metadata=_metadata(corpus, metadata))
+        raise ValueError(
+            f"recipes.gpt.save: the model reads {model.config.vocab_size} ids, the corpus has "
+            f"{corpus.vocab_size} characters"
+        )
+    return checkpoints.save_model(
+        Path(path) if path is not None else checkpoint_path(), model, metadata=_metadata(corpus, metadata)
+    )
 
 
 def load_or_train(
-    *, device: torch.device | str | None = None, path: str | Path | None = None,
+    *,
+    device: torch.device | str | None = None,
+    path: str | Path | None = None,
 ) -> tuple[GPT, data.CharCorpus, dict[str, Any]]:
     """Chapter 9's ten-minute GPT on Tiny Shakespeare's characters with its corpus (whose
     ``encode``/``decode`` map text to the model's ids): loaded from ``path`` (default
@@ -242,17 +293,21 @@ def load_or_train(
         full = runtime.profile() == "full"
         chosen = recipe()
         chosen = chosen.filling(chosen.budget_s, corpus.vocab_size, device=device)
-        val = validation_batches(corpus.val_ids, chosen.sizes.context, n_batches=20 if full else 2,
-                                 batch=20 if full else 4)
+        val = validation_batches(
+            corpus.val_ids, chosen.sizes.context, n_batches=20 if full else 2, batch=20 if full else 4
+        )
         run = train(chosen, corpus.train_ids, val, corpus.vocab_size, device=device, name="ten minutes")
         save(run.model, corpus, run.summary, path=path)
         return run.model, None, _metadata(corpus, run.summary)
 
-    model, _, metadata = loading.load_or_train(path, trained, model_class=GPT, tokenizer_class=None,
-                                               device=device, where="recipes.gpt.load_or_train")
+    model, _, metadata = loading.load_or_train(
+        path, trained, model_class=GPT, tokenizer_class=None, device=device, where="recipes.gpt.load_or_train"
+    )
     if metadata.get("chars") != "".join(corpus.chars):
-        raise ValueError(f"recipes.gpt.load_or_train: {path} holds a GPT of another character vocabulary "
-                         f"than Tiny Shakespeare's {corpus.vocab_size} characters")
+        raise ValueError(
+            f"recipes.gpt.load_or_train: {path} holds a GPT of another character vocabulary "
+            f"than Tiny Shakespeare's {corpus.vocab_size} characters"
+        )
     return model, corpus, metadata
 
 

@@ -52,13 +52,16 @@ def load_or_train(
         if not isinstance(model, model_class) or not isinstance(tokenizer, wanted):
             held = "no tokenizer" if tokenizer is None else f"a {type(tokenizer).__name__}"
             asked = "no tokenizer" if tokenizer_class is None else f"a {tokenizer_class.__name__}"
-            raise ValueError(f"{where}: {path} holds a {type(model).__name__} with {held}, not a "
-                             f"{model_class.__name__} with {asked}")
+            raise ValueError(
+                f"{where}: {path} holds a {type(model).__name__} with {held}, not a {model_class.__name__} with {asked}"
+            )
         for key, value in (expect or {}).items():
             if (key not in metadata and not unrecorded_ok) or (key in metadata and metadata[key] != value):
                 held = f"{key}={metadata[key]!r}" if key in metadata else f"no {key}"
-                raise ValueError(f"{where}: {path} holds a model trained with {held}, not {key}={value!r}; "
-                                 f"give another path, or remove the file to train one")
+                raise ValueError(
+                    f"{where}: {path} holds a model trained with {held}, not {key}={value!r}; "
+                    f"give another path, or remove the file to train one"
+                )
         return model, tokenizer, {**metadata, "source": "loaded", "path": str(path)}
     model, tokenizer, metadata = train()
     return model.eval(), tokenizer, {**metadata, "source": "trained", "path": str(path)}

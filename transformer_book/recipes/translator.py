@@ -31,9 +31,23 @@ from transformer_book.models import Transformer, TransformerConfig
 from transformer_book.recipes import loading
 from transformer_book.tokenizers.subword import EOS_ID, PAD_ID, SOS_ID, SubwordTokenizer
 
-__all__ = ["CORPORA", "Sizes", "CHAPTER7_SIZES", "QUICK_SIZES", "RUNNING_EXAMPLE", "Recipe", "TrainedTranslator",
-           "Translation", "recipe", "corpus_splits", "checkpoint_path", "train", "save", "load_or_train",
-           "translate_with_attention"]
+__all__ = [
+    "CORPORA",
+    "Sizes",
+    "CHAPTER7_SIZES",
+    "QUICK_SIZES",
+    "RUNNING_EXAMPLE",
+    "Recipe",
+    "TrainedTranslator",
+    "Translation",
+    "recipe",
+    "corpus_splits",
+    "checkpoint_path",
+    "train",
+    "save",
+    "load_or_train",
+    "translate_with_attention",
+]
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,7 @@ class Sizes:
     n_decoder_layers: int
 
     def __post_init__(self) -> None:
-        TransformerConfig(1, 1, **dataclasses.asdict(self))   # sizes that make no model are refused here
+        TransformerConfig(1, 1, **dataclasses.asdict(self))  # sizes that make no model are refused here
 
     def replace(self, **changes: Any) -> Sizes:
         """A copy with ``changes`` (checked like new sizes; an unknown name is a TypeError)."""
@@ -106,10 +120,18 @@ class Recipe:
     def __post_init__(self) -> None:
         checks.choice("Recipe", "corpus", self.corpus, CORPORA)
         if not isinstance(self.sizes, Sizes):
-            raise TypeError(f"Recipe: sizes must be a recipes.translator.Sizes (such as CHAPTER7_SIZES), "
-                            f"got {type(self.sizes).__name__}")
-        checks.positive_int("Recipe", steps=self.steps, vocab_size=self.vocab_size, max_tokens=self.max_tokens,
-                            warmup_steps=self.warmup_steps, max_len=self.max_len)
+            raise TypeError(
+                f"Recipe: sizes must be a recipes.translator.Sizes (such as CHAPTER7_SIZES), "
+                f"got {type(self.sizes).__name__}"
+            )
+        checks.positive_int(
+            "Recipe",
+            steps=self.steps,
+            vocab_size=self.vocab_size,
+            max_tokens=self.max_tokens,
+            warmup_steps=self.warmup_steps,
+            max_len=self.max_len,
+        )
         if self.train_pairs is not None:
             checks.positive_int("Recipe", train_pairs=self.train_pairs)
         checks.finite_real("Recipe", "lr", self.lr, above=0)
@@ -117,8 +139,14 @@ class Recipe:
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """The :class:`~transformer_book.models.transformer.TransformerConfig` of this recipe for a
         joint vocabulary of ``vocab_size``."""
-        return TransformerConfig(vocab_size, vocab_size, **dataclasses.asdict(self.sizes), dropout=0.1,
-                                 max_len=self.max_len, share_embeddings=True)
+        return TransformerConfig(
+            vocab_size,
+            vocab_size,
+            **dataclasses.asdict(self.sizes),
+            dropout=0.1,
+            max_len=self.max_len,
+            share_embeddings=True,
+        )
 
     def replace(self, **changes: Any) -> Recipe:
         """A copy with ``changes`` (checked like a new recipe)."""
@@ -134,10 +162,19 @@ class Recipe:
     def _train_config(self, steps: int) -> training.TrainConfig:
         """:meth:`train_config` for a number of steps already checked."""
         warmup = self.warmup_steps if steps > self.warmup_steps else max(1, steps // 2)
-        return training.TrainConfig(steps=steps, lr=self.lr, betas=(0.9, 0.98), weight_decay=0.01,
-                                    warmup_steps=warmup, schedule="inverse_sqrt",
-                                    smoothing=0.1, clip_norm=1.0, eval_every=max(1, steps // 8),
-                                    log_every=max(1, steps // 40), seed=0)
+        return training.TrainConfig(
+            steps=steps,
+            lr=self.lr,
+            betas=(0.9, 0.98),
+            weight_decay=0.01,
+            warmup_steps=warmup,
+            schedule="inverse_sqrt",
+            smoothing=0.1,
+            clip_norm=1.0,
+            eval_every=max(1, steps // 8),
+            log_every=max(1, steps // 40),
+            seed=0,
+        )
 
 
 def recipe(corpus: str = "multi30k", profile: str | None = None) -> Recipe:
@@ -159,8 +196,9 @@ def _recipe(corpus: str, profile: str | None) -> Recipe:
     """:func:`recipe` of a corpus already checked."""
     if (profile or runtime.profile()) == "full":
         return Recipe(corpus, steps=650 if corpus == "multi30k" else 960)
-    return Recipe(corpus, steps=30, sizes=QUICK_SIZES, vocab_size=1_000, max_tokens=1_200, warmup_steps=5,
-                  train_pairs=3_000)
+    return Recipe(
+        corpus, steps=30, sizes=QUICK_SIZES, vocab_size=1_000, max_tokens=1_200, warmup_steps=5, train_pairs=3_000
+    )
 
 
 def corpus_splits(corpus: str = "multi30k", profile: str | None = None) -> data.TranslationSplit:
@@ -184,16 +222,24 @@ def corpus_splits(corpus: str = "multi30k", profile: str | None = None) -> data.
 def _corpus_splits(corpus: str, profile: str | None) -> data.TranslationSplit:
     """:func:`corpus_splits` of a corpus already checked."""
     if corpus == "multi30k":
-        split = data.TranslationSplit(data.load_multi30k("train"), data.load_multi30k("val"),
-                                      data.load_multi30k("test"), held_out=0)
+        split = data.TranslationSplit(
+            data.load_multi30k("train"), data.load_multi30k("val"), data.load_multi30k("test"), held_out=0
+        )
     else:
-        split = data.split_linked_groups(data.load_tatoeba(), val_size=TATOEBA_VAL_PAIRS,
-                                         test_size=TATOEBA_TEST_PAIRS, seed=0, hold_out=[RUNNING_EXAMPLE])
+        split = data.split_linked_groups(
+            data.load_tatoeba(),
+            val_size=TATOEBA_VAL_PAIRS,
+            test_size=TATOEBA_TEST_PAIRS,
+            seed=0,
+            hold_out=[RUNNING_EXAMPLE],
+        )
     cap = _recipe(corpus, profile).train_pairs
     if cap is None:
         return split
-    return split._replace(train=split.train[::max(1, len(split.train) // cap)][:cap],
-                          test=split.test[::max(1, len(split.test) // 50)][:50])
+    return split._replace(
+        train=split.train[:: max(1, len(split.train) // cap)][:cap],
+        test=split.test[:: max(1, len(split.test) // 50)][:50],
+    )
 
 
 def checkpoint_path(profile: str | None = None, *, corpus: str = "multi30k") -> Path:
@@ -223,8 +269,11 @@ class TrainedTranslator(NamedTuple):
     def summary(self) -> dict[str, Any]:
         """What :func:`save` records of the run: the ``steps`` done, the last ``val_loss`` and
         the ``train_seconds`` they took."""
-        return {"steps": self.history.train_loss[-1][0], "val_loss": self.history.val_loss[-1][1],
-                "train_seconds": self.history.train_time_s[-1][1]}
+        return {
+            "steps": self.history.train_loss[-1][0],
+            "val_loss": self.history.val_loss[-1][1],
+            "train_seconds": self.history.train_time_s[-1][1],
+        }
 
 
 def train(
@@ -254,19 +303,37 @@ def _train(corpus: str, steps: int | None, device: torch.device | str | None, pr
     split = _corpus_splits(corpus, None)
     device = torch.device(device) if device is not None else runtime.select_device()
     tokenizer = SubwordTokenizer.train([s for pair in split.train for s in pair], vocab_size=plan.vocab_size)
-    batches = data.BucketedBatches(data.encode_pairs(split.train, tokenizer, max_len=plan.max_len), plan.max_tokens, seed=0)
-    val = list(data.BucketedBatches(data.encode_pairs(split.val, tokenizer, max_len=plan.max_len),
-                                    2 * plan.max_tokens, shuffle=False))
+    batches = data.BucketedBatches(
+        data.encode_pairs(split.train, tokenizer, max_len=plan.max_len), plan.max_tokens, seed=0
+    )
+    val = list(
+        data.BucketedBatches(
+            data.encode_pairs(split.val, tokenizer, max_len=plan.max_len), 2 * plan.max_tokens, shuffle=False
+        )
+    )
     torch.manual_seed(0)
     model = Transformer(plan.model_config(len(tokenizer)))
     config = plan._train_config(plan.steps if steps is None else steps)
-    history = training.fit(model, batches, objectives.seq2seq_loss(pad_id=PAD_ID, smoothing=config.smoothing), config,
-                           val_batches=lambda: val, device=device, progress=progress)
+    history = training.fit(
+        model,
+        batches,
+        objectives.seq2seq_loss(pad_id=PAD_ID, smoothing=config.smoothing),
+        config,
+        val_batches=lambda: val,
+        device=device,
+        progress=progress,
+    )
     return TrainedTranslator(model.eval(), tokenizer, history, split, plan)
 
 
-def save(model: Transformer, tokenizer: SubwordTokenizer, metadata: dict[str, Any], *, corpus: str,
-         path: str | Path | None = None) -> Path:
+def save(
+    model: Transformer,
+    tokenizer: SubwordTokenizer,
+    metadata: dict[str, Any],
+    *,
+    corpus: str,
+    path: str | Path | None = None,
+) -> Path:
     """Save a translator trained on ``corpus`` with its tokenizer to ``path`` (default
     :func:`checkpoint_path` of the corpus) for :func:`load_or_train`: with the corpus, which
     :func:`load_or_train` checks, then ``metadata`` (a :class:`TrainedTranslator`'s summary, or
@@ -280,8 +347,9 @@ def save(model: Transformer, tokenizer: SubwordTokenizer, metadata: dict[str, An
     if not isinstance(model, Transformer):
         raise ValueError(f"save: model must be a models.Transformer, got {type(model).__name__}")
     if metadata.get("corpus", corpus) != corpus:
-        raise ValueError(f"save: metadata names corpus={metadata['corpus']!r}, the translator is saved as "
-                         f"corpus={corpus!r}")
+        raise ValueError(
+            f"save: metadata names corpus={metadata['corpus']!r}, the translator is saved as corpus={corpus!r}"
+        )
     return _save(model, tokenizer, metadata, corpus, Path(path) if path is not None else _checkpoint_path(None, corpus))
 
 
@@ -311,7 +379,7 @@ def load_or_train(
             holds another kind of model (a BERT, a GPT) or a translator trained on another corpus.
     """
     checks.choice("load_or_train", "corpus", corpus, CORPORA)
-    if steps is not None:                        # refused even when the file is there and nothing trains
+    if steps is not None:  # refused even when the file is there and nothing trains
         checks.positive_int("load_or_train", steps=steps)
     path = Path(path) if path is not None else _checkpoint_path(None, corpus)
     device = torch.device(device) if device is not None else runtime.select_device()
@@ -321,9 +389,16 @@ def load_or_train(
         _save(run.model, run.tokenizer, run.summary, corpus, path)
         return run.model, run.tokenizer, _metadata(corpus, run.summary)
 
-    return loading.load_or_train(path, trained, model_class=Transformer, tokenizer_class=SubwordTokenizer,
-                                 device=device, where="load_or_train", expect={"corpus": corpus},
-                                 unrecorded_ok=path.resolve() == _checkpoint_path(None, corpus).resolve())
+    return loading.load_or_train(
+        path,
+        trained,
+        model_class=Transformer,
+        tokenizer_class=SubwordTokenizer,
+        device=device,
+        where="load_or_train",
+        expect={"corpus": corpus},
+        unrecorded_ok=path.resolve() == _checkpoint_path(None, corpus).resolve(),
+    )
 
 
 class Translation(NamedTuple):
@@ -368,13 +443,15 @@ def translate_with_attention(
     if not isinstance(sentence, str) or not sentence.strip():
         raise ValueError(f"translate_with_attention: sentence must be a non-empty str, got {sentence!r}")
     checks.positive_int("translate_with_attention", beam_size=beam_size)
-    if max_new_tokens is not None:               # None means the default; 0 is not "the default"
+    if max_new_tokens is not None:  # None means the default; 0 is not "the default"
         checks.positive_int("translate_with_attention", max_new_tokens=max_new_tokens)
     limit = model.config.max_len
     ids = tokenizer.encode(sentence, add_eos=True)
     if len(ids) > limit:
-        raise ValueError(f"translate_with_attention: the sentence has {len(ids)} tokens with EOS, more than the "
-                         f"model's max_len={limit}; split it into shorter sentences")
+        raise ValueError(
+            f"translate_with_attention: the sentence has {len(ids)} tokens with EOS, more than the "
+            f"model's max_len={limit}; split it into shorter sentences"
+        )
     device = next(model.parameters()).device
     src = torch.tensor([ids], device=device)
     budget = min(2 * len(ids) + 10 if max_new_tokens is None else max_new_tokens, limit)
@@ -382,17 +459,24 @@ def translate_with_attention(
     if beam_size == 1:
         output = decoding.greedy_decode(model, src, max_new_tokens=budget)[0].tolist()
     else:
-        output = decoding.beam_search(model, src=src, beam_size=beam_size, max_new_tokens=budget,
-                                      normalize="length")[0][0][0]
-    output = output[:output.index(EOS_ID) + 1] if EOS_ID in output else output
+        output = decoding.beam_search(model, src=src, beam_size=beam_size, max_new_tokens=budget, normalize="length")[
+            0
+        ][0][0]
+    output = output[: output.index(EOS_ID) + 1] if EOS_ID in output else output
     tgt_in = torch.tensor([[SOS_ID] + output[:-1]], device=device)
     with torch.no_grad():
         log_probs = model(src, tgt_in).log_softmax(-1)[0]
         memory, src_mask = model.encode(src)
         _, weights = model.decode(tgt_in, memory, src_mask, need_weights=True)
     log_prob = log_probs.gather(-1, torch.tensor(output, device=device)[:, None]).sum().item()
-    return Translation(sentence, tokenizer.decode(output), tokenizer.id_to_piece(ids), tokenizer.id_to_piece(output),
-                       weights[-1][1][0].mean(dim=0).cpu(), log_prob)
+    return Translation(
+        sentence,
+        tokenizer.decode(output),
+        tokenizer.id_to_piece(ids),
+        tokenizer.id_to_piece(output),
+        weights[-1][1][0].mean(dim=0).cpu(),
+        log_prob,
+    )
 
 
 def _metadata(corpus: str, summary: dict[str, Any]) -> dict[str, Any]:

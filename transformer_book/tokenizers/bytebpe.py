@@ -56,8 +56,15 @@ try:
 except ImportError as err:  # pragma: no cover - a dependency of the package
     raise ImportError("transformer_book.bytebpe needs the regex package (for \\p{L}): pip install regex") from err
 
-__all__ = ["ByteLevelBPE", "bytes_to_unicode", "pretokenize", "PRETOKENIZE_PATTERN", "PRETOKENIZERS", "merge_pair",
-           "learn_merges"]
+__all__ = [
+    "ByteLevelBPE",
+    "bytes_to_unicode",
+    "pretokenize",
+    "PRETOKENIZE_PATTERN",
+    "PRETOKENIZERS",
+    "merge_pair",
+    "learn_merges",
+]
 
 PRETOKENIZE_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 """The pattern that splits text into pre-tokens in GPT-2 (Radford et al., 2019), which matches
@@ -152,13 +159,14 @@ def merge_pair(word: list[int], pair: tuple[int, int], new_id: int) -> list[tupl
                 changes += [((word[i - 1], pair[0]), -1), ((word[i - 1], new_id), +1)]
             if i + 2 < len(word):  # the pair with the symbol after
                 changes += [((pair[1], word[i + 2]), -1), ((new_id, word[i + 2]), +1)]
-            word[i:i + 2] = [new_id]
+            word[i : i + 2] = [new_id]
         i += 1
     return changes
 
 
-def learn_merges(word_counts: Mapping[str, int], vocab_size: int, *, min_frequency: int = 2,
-                 special_tokens: Sequence[str] = ()) -> list[tuple[str, str]]:
+def learn_merges(
+    word_counts: Mapping[str, int], vocab_size: int, *, min_frequency: int = 2, special_tokens: Sequence[str] = ()
+) -> list[tuple[str, str]]:
     r"""The BPE merges learned from pre-token counts, most frequent pair first.
 
     The vocabulary starts as the special tokens and the 256 byte symbols, ordered as in
@@ -263,30 +271,47 @@ class ByteLevelBPE:
     token may not be a single byte symbol, which would take that symbol's id.
     """
 
-    def __init__(self, merges: Iterable[tuple[str, str]], special_tokens: Sequence[str] = (), *,
-                 tokens: Sequence[str] | None = None, pretokenizer: str = "gpt2") -> None:
+    def __init__(
+        self,
+        merges: Iterable[tuple[str, str]],
+        special_tokens: Sequence[str] = (),
+        *,
+        tokens: Sequence[str] | None = None,
+        pretokenizer: str = "gpt2",
+    ) -> None:
         self.special_tokens = _check_special_tokens("ByteLevelBPE", special_tokens)
         if pretokenizer not in PRETOKENIZERS:
             raise ValueError(f"ByteLevelBPE: pretokenizer must be one of {PRETOKENIZERS}, got {pretokenizer!r}")
         self.pretokenizer = pretokenizer
         given = tokens is not None
-        self.vocab: dict[str, int] = _given_vocabulary(tokens, self.special_tokens) if given else \
-            {token: i for i, token in enumerate([*self.special_tokens, *_ALPHABET])}
+        self.vocab: dict[str, int] = (
+            _given_vocabulary(tokens, self.special_tokens)
+            if given
+            else {token: i for i, token in enumerate([*self.special_tokens, *_ALPHABET])}
+        )
         self.merges: list[tuple[str, str]] = []
         self._ranks: dict[tuple[int, int], int] = {}
         self._merged_ids: list[int] = []
         for rank, merge in enumerate(merges):
-            if (not isinstance(merge, (tuple, list)) or len(merge) != 2
-                    or not all(isinstance(part, str) and part in self.vocab for part in merge)):
-                raise ValueError(f"ByteLevelBPE: merge {rank} must be a pair of tokens already in the vocabulary "
-                                 f"(byte symbols or earlier merges), got {merge!r}")
+            if (
+                not isinstance(merge, (tuple, list))
+                or len(merge) != 2
+                or not all(isinstance(part, str) and part in self.vocab for part in merge)
+            ):
+                raise ValueError(
+                    f"ByteLevelBPE: merge {rank} must be a pair of tokens already in the vocabulary "
+                    f"(byte symbols or earlier merges), got {merge!r}"
+                )
             left, right = merge
-            if (self.vocab[left], self.vocab[right]) in self._ranks:   # it could never apply a second time
-                raise ValueError(f"ByteLevelBPE: merge {rank} {merge!r} repeats merge "
-                                 f"{self._ranks[self.vocab[left], self.vocab[right]]}")
+            if (self.vocab[left], self.vocab[right]) in self._ranks:  # it could never apply a second time
+                raise ValueError(
+                    f"ByteLevelBPE: merge {rank} {merge!r} repeats merge "
+                    f"{self._ranks[self.vocab[left], self.vocab[right]]}"
+                )
             if given and left + right not in self.vocab:
-                raise ValueError(f"ByteLevelBPE: merge {rank} {merge!r} makes {left + right!r}, which the given "
-                                 "tokens do not hold")
+                raise ValueError(
+                    f"ByteLevelBPE: merge {rank} {merge!r} makes {left + right!r}, which the given tokens do not hold"
+                )
             self.vocab.setdefault(left + right, len(self.vocab))
             self.merges.append((left, right))
             self._ranks[self.vocab[left], self.vocab[right]] = rank
@@ -294,19 +319,24 @@ class ByteLevelBPE:
         self._tokens = list(self.vocab)
         self._given = given
         specials = set(self.special_tokens)
-        self._bytes = [token.encode("utf-8") if token in specials  # a special is written as itself
-                       else token.translate(_SYMBOL_TO_LATIN1).encode("latin-1")
-                       for token in self._tokens]
+        self._bytes = [
+            token.encode("utf-8")
+            if token in specials  # a special is written as itself
+            else token.translate(_SYMBOL_TO_LATIN1).encode("latin-1")
+            for token in self._tokens
+        ]
         by_length = sorted(self.special_tokens, key=len, reverse=True)  # the longest special wins a tie
-        self._special_split = (regex.compile("(" + "|".join(regex.escape(t) for t in by_length) + ")")
-                               if by_length else None)
+        self._special_split = (
+            regex.compile("(" + "|".join(regex.escape(t) for t in by_length) + ")") if by_length else None
+        )
         self._cache: dict[str, tuple[int, ...]] = {}
 
     # ------------------------------------------------------------------ training
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2,
-              special_tokens: Sequence[str] = ()) -> ByteLevelBPE:
+    def train(
+        cls, texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2, special_tokens: Sequence[str] = ()
+    ) -> ByteLevelBPE:
         """Learn a byte-level BPE vocabulary of at most ``vocab_size`` entries (specials included).
 
         The texts are pre-tokenised (:func:`pretokenize`) and the pre-tokens counted; merges are
@@ -349,7 +379,7 @@ class ByteLevelBPE:
             rank, i = min((self._ranks.get(pair, len(self._ranks)), i) for i, pair in enumerate(zip(ids, ids[1:])))
             if rank == len(self._ranks):  # no adjacent pair is a merge
                 break
-            ids[i:i + 2] = [self._merged_ids[rank]]
+            ids[i : i + 2] = [self._merged_ids[rank]]
         return ids
 
     def encode(self, text: str) -> list[int]:
@@ -413,8 +443,12 @@ class ByteLevelBPE:
     def to_json(self) -> str:
         """The tokenizer as JSON: its special tokens and merges (the vocabulary follows from them),
         its pre-tokenizer, and the tokens when they were given (a pretrained vocabulary)."""
-        data = {"type": "ByteLevelBPE", "special_tokens": list(self.special_tokens),
-                "merges": [list(merge) for merge in self.merges], "pretokenizer": self.pretokenizer}
+        data = {
+            "type": "ByteLevelBPE",
+            "special_tokens": list(self.special_tokens),
+            "merges": [list(merge) for merge in self.merges],
+            "pretokenizer": self.pretokenizer,
+        }
         if self._given:
             data["tokens"] = self._tokens
         return json.dumps(data, ensure_ascii=False)
@@ -427,12 +461,16 @@ class ByteLevelBPE:
             ValueError: not JSON written by :meth:`to_json`.
         """
         data = _parse_json("ByteLevelBPE.from_json", text)
-        return cls(data["merges"], data["special_tokens"], tokens=data.get("tokens"),
-                   pretokenizer=data.get("pretokenizer", "gpt2"))
+        return cls(
+            data["merges"],
+            data["special_tokens"],
+            tokens=data.get("tokens"),
+            pretokenizer=data.get("pretokenizer", "gpt2"),
+        )
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_json` to ``path`` (UTF-8)."""
-        write_atomically(path, self.to_json())   # a failed write leaves the previous file whole (creating its folder)
+        write_atomically(path, self.to_json())  # a failed write leaves the previous file whole (creating its folder)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ByteLevelBPE:
@@ -448,8 +486,12 @@ class ByteLevelBPE:
         """The pre-tokens of a text without special tokens, as :data:`PRETOKENIZERS` says."""
         if self.pretokenizer == "gpt2":
             return _SPLIT.findall(text)
-        return [piece for k, chunk in enumerate(_DIGIT.split(text)) if chunk
-                for piece in ([chunk] if k % 2 else _SPLIT.findall(chunk))]
+        return [
+            piece
+            for k, chunk in enumerate(_DIGIT.split(text))
+            if chunk
+            for piece in ([chunk] if k % 2 else _SPLIT.findall(chunk))
+        ]
 
     def _split_special(self, text: str) -> list[str]:
         """``[text, special, text, special, ..., text]``: the special tokens at odd indices."""
@@ -479,8 +521,8 @@ class ByteLevelBPE:
             rank, i = heapq.heappop(heap)
             j = after[i]
             if not alive[i] or j < 0 or ranks.get((symbol[i], symbol[j])) != rank:
-                continue                                   # a pair that has changed since
-            symbol[i], alive[j] = merged[rank], False      # the pair becomes one symbol at i
+                continue  # a pair that has changed since
+            symbol[i], alive[j] = merged[rank], False  # the pair becomes one symbol at i
             k = after[j]
             after[i] = k
             if k >= 0:
@@ -499,9 +541,11 @@ class ByteLevelBPE:
             return [self.vocab[symbol] for symbol in _check_byte_word("ByteLevelBPE.encode_word", word)]
         except KeyError as err:
             byte = _SYMBOL_TO_BYTE[err.args[0]]
-            raise ValueError(f"ByteLevelBPE: this vocabulary has no token for the byte 0x{byte:02x} (in "
-                             f"{word.translate(_SYMBOL_TO_LATIN1).encode('latin-1').decode('utf-8', 'replace')!r}); "
-                             "the text cannot be encoded") from None
+            raise ValueError(
+                f"ByteLevelBPE: this vocabulary has no token for the byte 0x{byte:02x} (in "
+                f"{word.translate(_SYMBOL_TO_LATIN1).encode('latin-1').decode('utf-8', 'replace')!r}); "
+                "the text cannot be encoded"
+            ) from None
 
     def _check_ids(self, ids: Iterable[int], where: str) -> list[int]:
         return checks.token_ids(f"ByteLevelBPE.{where}", ids, len(self), kinds=numbers.Integral)
@@ -553,17 +597,26 @@ def _check_texts(where: str, texts: Iterable[str]) -> Iterable[str]:
 def _check_byte_word(where: str, word: str) -> str:
     """``word`` if it is a non-empty str of byte symbols (a pre-token), else a ValueError."""
     if not isinstance(word, str) or not word or any(symbol not in _SYMBOL_TO_BYTE for symbol in word):
-        raise ValueError(f"{where}: expected a non-empty str of byte symbols (a pre-token from pretokenize), "
-                         f"got {word!r}")
+        raise ValueError(
+            f"{where}: expected a non-empty str of byte symbols (a pre-token from pretokenize), got {word!r}"
+        )
     return word
 
 
 def _check_merge(word: list[int], pair: tuple[int, int], new_id: int) -> None:
     """A ValueError unless ``word`` is a list, ``pair`` a pair of ints and ``new_id`` an int."""
-    if not (type(word) is list and type(pair) is tuple and len(pair) == 2
-            and isinstance(pair[0], int) and isinstance(pair[1], int) and isinstance(new_id, int)):
-        raise ValueError(f"merge_pair: expected a list of ids, a pair (tuple) of ids and an id, got "
-                         f"{type(word).__name__}, {pair!r}, {new_id!r}")
+    if not (
+        type(word) is list
+        and type(pair) is tuple
+        and len(pair) == 2
+        and isinstance(pair[0], int)
+        and isinstance(pair[1], int)
+        and isinstance(new_id, int)
+    ):
+        raise ValueError(
+            f"merge_pair: expected a list of ids, a pair (tuple) of ids and an id, got "
+            f"{type(word).__name__}, {pair!r}, {new_id!r}"
+        )
 
 
 def _check_sizes(where: str, vocab_size: int, min_frequency: int, special_tokens: Sequence[str]) -> tuple[str, ...]:
@@ -571,14 +624,17 @@ def _check_sizes(where: str, vocab_size: int, min_frequency: int, special_tokens
     special_tokens = _check_special_tokens(where, special_tokens)
     minimum = 256 + len(special_tokens)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
-        raise ValueError(f"{where}: vocab_size must be an int of at least 256 + {len(special_tokens)} special "
-                         f"tokens = {minimum} (the byte symbols and the specials), got {vocab_size!r}")
+        raise ValueError(
+            f"{where}: vocab_size must be an int of at least 256 + {len(special_tokens)} special "
+            f"tokens = {minimum} (the byte symbols and the specials), got {vocab_size!r}"
+        )
     checks.integer(where, "min_frequency", min_frequency, minimum=0)
     return special_tokens
 
 
-def _check_training(where: str, texts: Iterable[str], vocab_size: int, min_frequency: int,
-                    special_tokens: Sequence[str]) -> dict[str, int]:
+def _check_training(
+    where: str, texts: Iterable[str], vocab_size: int, min_frequency: int, special_tokens: Sequence[str]
+) -> dict[str, int]:
     """The arguments of :meth:`ByteLevelBPE.train` checked, and the pre-token counts of ``texts``
     (pre-token as byte symbols -> count, in order of first occurrence)."""
     _check_sizes(where, vocab_size, min_frequency, special_tokens)
@@ -588,22 +644,32 @@ def _check_training(where: str, texts: Iterable[str], vocab_size: int, min_frequ
         pieces.update(_SPLIT.findall(text))
         n_texts += 1
     if not pieces:
-        raise ValueError(f"{where}: no text to learn from (" + (f"all {n_texts} texts are empty)" if n_texts else
-                                                                 "texts is empty)"))
+        raise ValueError(
+            f"{where}: no text to learn from (" + (f"all {n_texts} texts are empty)" if n_texts else "texts is empty)")
+        )
     return {_symbols(piece): n for piece, n in pieces.items()}
 
 
-def _check_learning(where: str, word_counts: Mapping[str, int], vocab_size: int, min_frequency: int,
-                    special_tokens: Sequence[str]) -> list[str]:
+def _check_learning(
+    where: str, word_counts: Mapping[str, int], vocab_size: int, min_frequency: int, special_tokens: Sequence[str]
+) -> list[str]:
     """The arguments of :func:`learn_merges` checked, and the starting vocabulary (id -> token)."""
     special_tokens = _check_sizes(where, vocab_size, min_frequency, special_tokens)
     if not isinstance(word_counts, Mapping) or not word_counts:
         raise ValueError(f"{where}: word_counts must be a non-empty mapping of pre-token -> count")
     for word, count in word_counts.items():
-        if (not isinstance(word, str) or not word or any(symbol not in _SYMBOL_TO_BYTE for symbol in word)
-                or isinstance(count, bool) or not isinstance(count, int) or count < 1):
-            raise ValueError(f"{where}: each entry of word_counts must be a non-empty str of byte symbols "
-                             f"and a positive int count, got {word!r}: {count!r}")
+        if (
+            not isinstance(word, str)
+            or not word
+            or any(symbol not in _SYMBOL_TO_BYTE for symbol in word)
+            or isinstance(count, bool)
+            or not isinstance(count, int)
+            or count < 1
+        ):
+            raise ValueError(
+                f"{where}: each entry of word_counts must be a non-empty str of byte symbols "
+                f"and a positive int count, got {word!r}: {count!r}"
+            )
     return [*special_tokens, *_ALPHABET]
 
 
@@ -613,9 +679,13 @@ def _parse_json(where: str, text: str) -> dict:
         data = json.loads(checks.text(where, text))
     except json.JSONDecodeError as err:
         raise ValueError(f"{where}: not JSON ({err})") from None
-    except RecursionError:           # e.g. a damaged file of thousands of nested brackets
+    except RecursionError:  # e.g. a damaged file of thousands of nested brackets
         raise ValueError(f"{where}: not the JSON of a tokenizer (nested too deeply to read)") from None
-    if (not isinstance(data, dict) or data.get("type") != "ByteLevelBPE"
-            or not isinstance(data.get("merges"), list) or not isinstance(data.get("special_tokens"), list)):
+    if (
+        not isinstance(data, dict)
+        or data.get("type") != "ByteLevelBPE"
+        or not isinstance(data.get("merges"), list)
+        or not isinstance(data.get("special_tokens"), list)
+    ):
         raise ValueError(f"{where}: expected the JSON of ByteLevelBPE.to_json (type, special_tokens, merges)")
     return data

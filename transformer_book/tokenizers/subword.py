@@ -51,8 +51,10 @@ def _training_lines(sentences: Iterable[str], vocab_size: int, model_type: str) 
     checks.integer("SubwordTokenizer.train", "vocab_size", vocab_size, minimum=len(SPECIAL_TOKENS) + 1)
     if model_type not in ("bpe", "unigram"):
         raise ValueError(f"SubwordTokenizer.train: model_type must be 'bpe' or 'unigram', got {model_type!r}")
-    lines = [checks.text(f"SubwordTokenizer.train: sentence {index}", sentence).strip()
-             for index, sentence in enumerate(sentences)]
+    lines = [
+        checks.text(f"SubwordTokenizer.train: sentence {index}", sentence).strip()
+        for index, sentence in enumerate(sentences)
+    ]
     if not any(lines):
         raise ValueError("SubwordTokenizer.train: no non-empty sentences to learn from")
     return [line for line in lines if line]
@@ -101,11 +103,23 @@ class SubwordTokenizer:
         model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
-                model_type=model_type, character_coverage=1.0, num_threads=1, minloglevel=2,
-                pad_id=PAD_ID, bos_id=SOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-                pad_piece="<pad>", bos_piece="<sos>", eos_piece="<eos>", unk_piece="<unk>",
-                unk_surface="<unk>", hard_vocab_limit=True,
+                sentence_iterator=iter(lines),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=1.0,
+                num_threads=1,
+                minloglevel=2,
+                pad_id=PAD_ID,
+                bos_id=SOS_ID,
+                eos_id=EOS_ID,
+                unk_id=UNK_ID,
+                pad_piece="<pad>",
+                bos_piece="<sos>",
+                eos_piece="<eos>",
+                unk_piece="<unk>",
+                unk_surface="<unk>",
+                hard_vocab_limit=True,
             )
         except RuntimeError as err:
             message = str(err)
@@ -128,7 +142,7 @@ class SubwordTokenizer:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the model's bytes to ``path`` (creating its folder)."""
-        write_atomically(path, self._proto)     # a failed write leaves the previous file whole
+        write_atomically(path, self._proto)  # a failed write leaves the previous file whole
 
     def to_bytes(self) -> bytes:
         """The serialised SentencePiece model (store it in a checkpoint to rebuild the tokeniser)."""

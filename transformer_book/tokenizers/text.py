@@ -63,8 +63,10 @@ class Vocab:
 
     def __init__(self, tokens: Sequence[str], counts: Sequence[int] | None = None) -> None:
         if isinstance(tokens, (str, bytes)):  # a str is a sequence of its characters: almost never meant
-            raise ValueError(f"Vocab: tokens must be a sequence of str, got one {type(tokens).__name__} "
-                             "(for its characters pass list(s))")
+            raise ValueError(
+                f"Vocab: tokens must be a sequence of str, got one {type(tokens).__name__} "
+                "(for its characters pass list(s))"
+            )
         bad = [t for t in tokens if not isinstance(t, str)]
         if bad:
             raise ValueError(f"Vocab: tokens must be str, got {bad[0]!r} ({type(bad[0]).__name__})")
@@ -72,10 +74,14 @@ class Vocab:
             raise ValueError("Vocab: tokens must be distinct")
         normalised: dict[str, str] = {}
         for token in tokens:  # "café" composed and decomposed look alike and would get two ids
-            twin = normalised.setdefault(unicodedata.normalize("NFC", token) if isinstance(token, str) else token, token)
+            twin = normalised.setdefault(
+                unicodedata.normalize("NFC", token) if isinstance(token, str) else token, token
+            )
             if twin != token:
-                raise ValueError(f"Vocab: tokens {twin!r} and {token!r} differ only in their Unicode normalisation; "
-                                 "normalise them first (unicodedata.normalize('NFC', ...), as tokenize_words does)")
+                raise ValueError(
+                    f"Vocab: tokens {twin!r} and {token!r} differ only in their Unicode normalisation; "
+                    "normalise them first (unicodedata.normalize('NFC', ...), as tokenize_words does)"
+                )
         if counts is not None and len(counts) != len(tokens):
             raise ValueError(f"Vocab: {len(counts)} counts for {len(tokens)} tokens")
         self.itos: list[str] = list(tokens)
@@ -87,8 +93,10 @@ class Vocab:
         """Keep every token seen at least ``min_count`` times."""
         checks.positive_int("Vocab.build", min_count=min_count)
         if isinstance(tokens, (str, bytes)):  # a str iterates over its characters: almost never meant
-            raise ValueError(f"Vocab.build: tokens must be an iterable of tokens, got a {type(tokens).__name__} "
-                             "(split it first, e.g. text.tokenize_words(s); for characters pass list(s))")
+            raise ValueError(
+                f"Vocab.build: tokens must be an iterable of tokens, got a {type(tokens).__name__} "
+                "(split it first, e.g. text.tokenize_words(s); for characters pass list(s))"
+            )
         counter = Counter(tokens)
         if not all(isinstance(t, str) for t in counter):
             bad = next(t for t in counter if not isinstance(t, str))

@@ -43,7 +43,13 @@ if TYPE_CHECKING:  # tokenizers is imported lazily
     from tokenizers import Tokenizer as HFTokenizer
 
 __all__ = [
-    "WordPieceTokenizer", "SPECIAL_TOKENS", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID",
+    "WordPieceTokenizer",
+    "SPECIAL_TOKENS",
+    "PAD_ID",
+    "UNK_ID",
+    "CLS_ID",
+    "SEP_ID",
+    "MASK_ID",
 ]
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -68,8 +74,9 @@ def _tokenizers() -> ModuleType:
 def _pipeline(vocab: dict[str, int]) -> HFTokenizer:
     """The uncased BERT tokenizer around a WordPiece vocabulary, specials registered."""
     tk = _tokenizers()
-    tokenizer = tk.Tokenizer(tk.models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix=_PREFIX,
-                                                 max_input_chars_per_word=100))
+    tokenizer = tk.Tokenizer(
+        tk.models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix=_PREFIX, max_input_chars_per_word=100)
+    )
     tokenizer.normalizer = tk.normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = tk.decoders.WordPiece(prefix=_PREFIX)
@@ -126,8 +133,10 @@ class WordPieceTokenizer:
             raise ValueError(f"WordPieceTokenizer: the model must be WordPiece, got {type(tokenizer.model).__name__}")
         ids = tuple(tokenizer.token_to_id(token) for token in SPECIAL_TOKENS)
         if None in ids or ids[0] != PAD_ID:
-            raise ValueError(f"WordPieceTokenizer: the special tokens {SPECIAL_TOKENS} have ids {ids}; all five must "
-                             f"be in the vocabulary, and [PAD] must be id {PAD_ID}")
+            raise ValueError(
+                f"WordPieceTokenizer: the special tokens {SPECIAL_TOKENS} have ids {ids}; all five must "
+                f"be in the vocabulary, and [PAD] must be id {PAD_ID}"
+            )
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = ids
         # A pretrained tokenizer.json may ask to cut or pad every text to a fixed length (all-MiniLM-L6-v2's
         # cuts at 128 pieces and pads to 128): encode returns the text's pieces, all of them, and nothing more.
@@ -171,9 +180,11 @@ class WordPieceTokenizer:
             raise ValueError("WordPieceTokenizer.train: the text has more than 65,534 distinct characters")
         needed = len(SPECIAL_TOKENS) + len(starts) + len(continuations)
         if vocab_size < needed:
-            raise ValueError(f"WordPieceTokenizer.train: vocab_size={vocab_size} is too small: the 5 special tokens "
-                             f"and the {needed - len(SPECIAL_TOKENS)} characters of the text (word starts and ## "
-                             f"continuations) need {needed}")
+            raise ValueError(
+                f"WordPieceTokenizer.train: vocab_size={vocab_size} is too small: the 5 special tokens "
+                f"and the {needed - len(SPECIAL_TOKENS)} characters of the text (word starts and ## "
+                f"continuations) need {needed}"
+            )
         code = {c: chr(_START_PLANE + i) for i, c in enumerate(starts)}
         code_inside = {c: chr(_CONTINUE_PLANE + i) for i, c in enumerate(continuations)}
         back = {v: k for k, v in code.items()} | {v: _PREFIX + k for k, v in code_inside.items()}
@@ -181,17 +192,19 @@ class WordPieceTokenizer:
         tk = _tokenizers()
         bpe = tk.Tokenizer(tk.models.BPE())
         bpe.pre_tokenizer = tk.pre_tokenizers.WhitespaceSplit()
-        trainer = tk.trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                         special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+        trainer = tk.trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS), show_progress=False
+        )
         coded = ((code[w[0]] + "".join(code_inside[c] for c in w[1:]), n) for w, n in sorted(counts.items()))
         bpe.train_from_iterator((" ".join([word] * n) for word, n in coded), trainer)
 
         pieces = [bpe.id_to_token(i) for i in range(bpe.get_vocab_size())]
-        if tuple(pieces[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:  # pragma: no cover - the trainer puts them first
+        if tuple(pieces[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:  # pragma: no cover - the trainer puts them first
             raise ValueError(f"WordPieceTokenizer.train: the trainer put the specials at {pieces[:5]}")
         # a merged piece keeps its first symbol's kind: '##' + characters if it continues a word
-        vocab = list(SPECIAL_TOKENS) + [back[p[0]] + "".join(back[c].removeprefix(_PREFIX) for c in p[1:])
-                                        for p in pieces[len(SPECIAL_TOKENS):]]
+        vocab = list(SPECIAL_TOKENS) + [
+            back[p[0]] + "".join(back[c].removeprefix(_PREFIX) for c in p[1:]) for p in pieces[len(SPECIAL_TOKENS) :]
+        ]
         if len(set(vocab)) != len(vocab):  # pragma: no cover - a bug, never a silent wrong vocabulary
             raise ValueError("WordPieceTokenizer.train: the learned vocabulary has duplicate pieces")
         tokenizer = cls(_pipeline({piece: i for i, piece in enumerate(vocab)}))
@@ -221,7 +234,7 @@ class WordPieceTokenizer:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON of :meth:`to_str` to ``path`` (creating its folder)."""
-        write_atomically(path, self.to_str())    # a failed write leaves the previous file whole
+        write_atomically(path, self.to_str())  # a failed write leaves the previous file whole
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> WordPieceTokenizer:
@@ -305,4 +318,3 @@ class WordPieceTokenizer:
 
     def __repr__(self) -> str:
         return f"WordPieceTokenizer({len(self)} pieces, uncased)"
-

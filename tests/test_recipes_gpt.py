@@ -161,3 +161,15 @@ def test_save_then_load_or_train_round_trips(small_shakespeare, tmp_path):
         gpt.save(BERT(BERTConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16)), corpus, {})
     with pytest.raises(ValueError, match="the corpus has 10 characters"):
         gpt.save(run.model, data.char_corpus("abcdefghij" * 100), run.summary, path=tmp_path / "other.pt")
+
+
+def test_the_gpu_recipe_is_nanogpts_and_the_cpu_keeps_its_ten_minutes():
+    # chapter 9 asks recipe(device=...) for its longer run: on CUDA (full profile) nanoGPT's baby GPT
+    # for a fixed 5,000 steps, on the CPU ten minutes of the chapter's own sizes; quick is quick anywhere
+    on_gpu = gpt.recipe("full", "cuda")
+    assert on_gpu.sizes == gpt.NANOGPT_GPU_SIZES and (on_gpu.batch, on_gpu.lr, on_gpu.steps) == (64, 1e-3, 5_000)
+    assert on_gpu.budget_s is None
+    assert gpt.recipe("full", "cpu") == gpt.recipe("full") and gpt.recipe("full").budget_s == 600.0
+    assert gpt.recipe("quick", "cuda") == gpt.recipe("quick") and gpt.recipe("quick").sizes == gpt.TINY_SIZES
+    config = on_gpu.model_config(65)
+    assert (config.n_layers, config.d_model, config.n_heads, config.context) == (6, 384, 6, 256)

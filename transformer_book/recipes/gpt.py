@@ -36,6 +36,7 @@ __all__ = [
     "TINY_SIZES",
     "SMALL_SIZES",
     "LONG_SIZES",
+    "NANOGPT_GPU_SIZES",
     "Recipe",
     "TrainedLM",
     "recipe",
@@ -168,11 +169,21 @@ class Recipe:
         return dataclasses.replace(self, steps=steps, warmup_steps=min(100, steps // 10), budget_s=budget_s)
 
 
-def recipe(profile: str | None = None) -> Recipe:
-    """The recipe of chapter 9's ten-minute GPT on Tiny Shakespeare's characters in ``profile``
-    (default: the current one) before :meth:`Recipe.filling` sets its steps: :data:`LONG_SIZES`,
-    batch 16, peak rate 2e-3, ten minutes of CPU (the quick profile: :data:`TINY_SIZES`, 2 seconds)."""
-    if (profile or runtime.profile()) == "full":
+NANOGPT_GPU_SIZES = Sizes(context=256, d_model=384, n_heads=6, n_layers=6, dropout=0.2)
+"""nanoGPT's baby GPT (its Shakespeare-character configuration): 6 layers, 6 heads, width 384,
+context 256, dropout 0.2; what chapter 9 trains on a GPU."""
+
+
+def recipe(profile: str | None = None, device: torch.device | str | None = None) -> Recipe:
+    """The recipe of chapter 9's longer GPT on Tiny Shakespeare's characters in ``profile``
+    (default: the current one) on ``device`` (default: the CPU). On the CPU, ten minutes of
+    :data:`LONG_SIZES`, batch 16, peak rate 2e-3, whose steps :meth:`Recipe.filling` sets (the
+    quick profile: :data:`TINY_SIZES`, 2 seconds); on CUDA in the full profile, nanoGPT's own
+    recipe for :data:`NANOGPT_GPU_SIZES`: 5,000 steps of 64 windows at 1e-3, no time budget."""
+    full = (profile or runtime.profile()) == "full"
+    if full and device is not None and torch.device(device).type == "cuda":
+        return Recipe(NANOGPT_GPU_SIZES, batch=64, lr=1e-3, steps=5_000, warmup_steps=100)
+    if full:
         return Recipe(LONG_SIZES, batch=16, lr=2e-3, budget_s=600.0)
     return Recipe(TINY_SIZES, batch=16, lr=2e-3, steps=20, warmup_steps=2, budget_s=2.0)
 

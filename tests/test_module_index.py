@@ -60,3 +60,20 @@ def test_the_layering_picture_names_every_top_level_module() -> None:
     drawn = set(re.findall(r"[a-z_]+", picture.group(1)))
     top = {name.split(".")[1] for name in _modules() if name.count(".") >= 1}
     assert not sorted(top - drawn), "modules missing from the picture in book/api.md"
+
+
+@pytest.mark.parametrize("old", ["text", "subword", "wordpiece", "bytebpe"])
+def test_the_tokenizers_live_in_one_subpackage(old: str) -> None:
+    # one place for the four tokenizers, and no module left behind under the old name
+    assert f"transformer_book.tokenizers.{old}" in _modules()
+    assert f"transformer_book.{old}" not in _modules()
+
+
+def test_listings_are_not_part_of_runtime() -> None:
+    import transformer_book.listings
+    import transformer_book.runtime
+
+    assert hasattr(transformer_book.listings, "show_source")
+    assert (
+        not hasattr(transformer_book.runtime, "show_source") and "show_source" not in transformer_book.runtime.__all__
+    )

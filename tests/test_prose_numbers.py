@@ -32,6 +32,7 @@ ALLOWED: dict[str, dict[str, str]] = {
         "1.625": "6.5 / 4.0, the two hypotheses' log-probabilities; ln 1.625 / ln 1.5 = the printed 1.197",
     },
     "09": {
+        "1.696": "the two-minute run's validation loss in the chapter's previous run (2,944 steps), quoted as such",
         "1.447": "final validation loss, seed 0, reduce-overhead: benchmarks/results/gpt_speedrun_cuda.md",
         "1.462": "final validation loss, seed 1, reduce-overhead: benchmarks/results/gpt_speedrun_cuda.md",
     },

@@ -120,7 +120,11 @@ CASES = [
         r"query must have shape \(B, length, 8\), got \(5, 8\)",
     ),
     # masks
-    ("padding_mask: float tokens", lambda: masks.padding_mask(torch.zeros(2, 3), 0), r"tokens must hold integer ids"),
+    (
+        "padding_mask: float tokens",
+        lambda: masks.padding_mask(torch.zeros(2, 3), 0),
+        r"tokens must be a \(B, m\) integer tensor, got shape \(2, 3\), dtype torch.float32",
+    ),
     ("causal_mask: zero length", lambda: masks.causal_mask(0), r"m must be a positive int"),
     # layers
     ("LayerNorm: zero width", lambda: layers.LayerNorm(0), r"d_model must be a positive int, got 0"),

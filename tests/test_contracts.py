@@ -171,12 +171,15 @@ def test_conforms_names_a_bad_protocol():
         (lambda: checks.token_ids("f", [[1]], 5), "f: expected one sequence of ids, got a nested one"),
         (lambda: checks.text("f", b"bytes"), "f: expected a str, got bytes"),
         (lambda: checks.text("f", "a\ud800"), "f: the text is not valid Unicode"),
-        (lambda: checks.id_tensor("f", "tokens", [[1]]), "f: tokens must be a torch.Tensor, got list"),
+        (lambda: checks.id_tensor("f", "tokens", [[1]]), r"f: tokens must be a \(B, m\) integer tensor, got list"),
         (
             lambda: checks.id_tensor("f", "tokens", torch.zeros(3, dtype=torch.long)),
-            r"must have shape \(B, m\), got shape \(3,\)",
+            r"must be a \(B, m\) integer tensor, got shape \(3,\), dtype torch.int64",
         ),
-        (lambda: checks.id_tensor("f", "tokens", torch.zeros(1, 3)), "must hold integer ids, got dtype torch.float32"),
+        (
+            lambda: checks.id_tensor("f", "tokens", torch.zeros(1, 3)),
+            r"must be a \(B, m\) integer tensor, got shape \(1, 3\), dtype torch.float32",
+        ),
     ],
 )
 def test_each_check_names_the_function_and_the_argument(call, message):

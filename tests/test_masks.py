@@ -60,7 +60,7 @@ def test_padding_mask_broadcasts_over_query_rows():
         (torch.tensor([True, False]).reshape(1, 2), "integer"),
         (torch.tensor([1, 2, 0]), r"\(B, m\).*\(3,\)"),
         (torch.zeros(2, 3, 4, dtype=torch.long), r"\(B, m\).*\(2, 3, 4\)"),
-        ([[1, 2, 0]], "torch.Tensor.*list"),
+        ([[1, 2, 0]], r"\(B, m\) integer tensor, got list"),
     ],
 )
 def test_padding_mask_errors(tokens, match):

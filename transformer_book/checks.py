@@ -148,13 +148,21 @@ def text(where: str, value: object) -> str:
 
 def id_tensor(where: str, name: str, value: object, shape: str = "(B, m)") -> torch.Tensor:
     """``value`` if it is an integer tensor (not bool, float or complex) with as many axes as
-    ``shape`` names, e.g. ``"(B, m)"``."""
+    ``shape`` names, e.g. ``"(B, m)"``; else one message for all three: "``name`` must be a
+    ``shape`` integer tensor, got" its type, or its shape and dtype."""
     import torch
 
-    if not isinstance(value, torch.Tensor):
-        raise ValueError(f"{where}: {name} must be a torch.Tensor, got {type(value).__name__}")
-    if value.dim() != shape.count(",") + 1:
-        raise ValueError(f"{where}: {name} must have shape {shape}, got shape {tuple(value.shape)}")
-    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-        raise ValueError(f"{where}: {name} must hold integer ids, got dtype {value.dtype}")
+    if (
+        not isinstance(value, torch.Tensor)
+        or value.dim() != shape.count(",") + 1
+        or value.dtype.is_floating_point
+        or value.dtype.is_complex
+        or value.dtype == torch.bool
+    ):
+        got = (
+            f"shape {tuple(value.shape)}, dtype {value.dtype}"
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        raise ValueError(f"{where}: {name} must be a {shape} integer tensor, got {got}")
     return value

@@ -49,9 +49,7 @@ __all__ = [
 
 def _check_src(src: torch.Tensor, where: str, name: str = "src") -> None:
     """A non-empty ``(B, m)`` integer tensor (``src``, or ``name``: the prompt)."""
-    if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.dtype.is_floating_point or src.dtype == torch.bool:
-        what = f"shape {tuple(src.shape)}, dtype {src.dtype}" if isinstance(src, torch.Tensor) else type(src).__name__
-        raise ValueError(f"{where}: {name} must be a (B, m) integer tensor, got {what}")
+    checks.id_tensor(where, name, src, "(B, m)")
     if src.shape[0] == 0 or src.shape[1] == 0:
         raise ValueError(f"{where}: {name} has shape {tuple(src.shape)}; it needs at least one sentence and one token")
 

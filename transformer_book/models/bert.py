@@ -270,19 +270,7 @@ class BERT(nn.Module):
 
     def _check(self, tokens: torch.Tensor, segments: torch.Tensor | None) -> torch.Tensor:
         c = self.config
-        if (
-            not isinstance(tokens, torch.Tensor)
-            or tokens.dim() != 2
-            or tokens.dtype.is_floating_point
-            or tokens.dtype == torch.bool
-            or tokens.dtype.is_complex
-        ):
-            what = (
-                f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
-                if isinstance(tokens, torch.Tensor)
-                else type(tokens).__name__
-            )
-            raise ValueError(f"BERT: tokens must be a (B, n) integer tensor, got {what}")
+        checks.id_tensor("BERT", "tokens", tokens, "(B, n)")
         B, n = tokens.shape
         if B == 0 or n == 0:
             raise ValueError(f"BERT: tokens have shape {(B, n)}; at least one sequence and one token")

@@ -401,14 +401,7 @@ class BiLM(nn.Module):
     # --- input checks ------------------------------------------------------------------------
 
     def _check_tokens(self, owner: str, tokens: torch.Tensor, min_length: int) -> None:
-        if (
-            not isinstance(tokens, torch.Tensor)
-            or tokens.dim() != 2
-            or tokens.dtype.is_floating_point
-            or tokens.dtype.is_complex
-            or tokens.dtype == torch.bool
-        ):
-            raise ValueError(f"BiLM.{owner}: tokens must be a (B, n) integer tensor, got {_describe(tokens)}")
+        checks.id_tensor(f"BiLM.{owner}", "tokens", tokens, "(B, n)")
         if tokens.shape[0] < 1 or tokens.shape[1] < min_length:
             raise ValueError(
                 f"BiLM.{owner}: tokens have shape {tuple(tokens.shape)}; need at least one sequence "

@@ -129,18 +129,7 @@ class GPT(nn.Module):
                 nn.init.normal_(parameter, std=0.02)
 
     def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
-        if (
-            not isinstance(tokens, torch.Tensor)
-            or tokens.dim() != 2
-            or tokens.dtype.is_floating_point
-            or tokens.dtype == torch.bool
-        ):
-            what = (
-                f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
-                if isinstance(tokens, torch.Tensor)
-                else type(tokens).__name__
-            )
-            raise ValueError(f"GPT: tokens must be a (B, n) integer tensor, got {what}")
+        checks.id_tensor("GPT", "tokens", tokens, "(B, n)")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"GPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
         if bool(((tokens < 0) | (tokens >= self.config.vocab_size)).any()):  # one wait for a GPU, not two

@@ -224,19 +224,7 @@ class RNNSeq2SeqConfig:
 
 
 def _check_tokens(tokens: torch.Tensor, name: str, vocab_size: int) -> None:
-    if (
-        not isinstance(tokens, torch.Tensor)
-        or tokens.dim() != 2
-        or tokens.dtype.is_floating_point
-        or tokens.dtype.is_complex
-        or tokens.dtype == torch.bool
-    ):
-        what = (
-            f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
-            if isinstance(tokens, torch.Tensor)
-            else type(tokens).__name__
-        )
-        raise ValueError(f"RNNSeq2Seq: {name} must be a (B, length) integer tensor, got {what}")
+    checks.id_tensor("RNNSeq2Seq", name, tokens, "(B, length)")
     if tokens.numel() == 0:
         raise ValueError(f"RNNSeq2Seq: {name} is empty, shape {tuple(tokens.shape)}")
     if tokens.min() < 0 or tokens.max() >= vocab_size:

@@ -30,18 +30,7 @@ __all__ = ["Encoder", "Decoder", "Transformer", "TransformerConfig", "shift_righ
 
 def _check_targets(where: str, targets: torch.Tensor) -> None:
     """A ``(B, n)`` integer tensor with at least one position."""
-    if (
-        not isinstance(targets, torch.Tensor)
-        or targets.dim() != 2
-        or targets.dtype.is_floating_point
-        or targets.dtype == torch.bool
-    ):
-        what = (
-            f"shape {tuple(targets.shape)}, dtype {targets.dtype}"
-            if isinstance(targets, torch.Tensor)
-            else type(targets).__name__
-        )
-        raise ValueError(f"{where}: targets must be a (B, n) integer tensor, got {what}")
+    checks.id_tensor(where, "targets", targets, "(B, n)")
     if targets.shape[1] == 0:
         raise ValueError(f"{where}: targets have no positions")
 
@@ -299,18 +288,7 @@ class Transformer(nn.Module):
     def _embed(
         self, tokens: torch.Tensor, embedding: nn.Embedding, positional: PositionEncoding, name: str, offset: int = 0
     ) -> torch.Tensor:
-        if (
-            not isinstance(tokens, torch.Tensor)
-            or tokens.dim() != 2
-            or tokens.dtype.is_floating_point
-            or tokens.dtype == torch.bool
-        ):
-            what = (
-                f"shape {tuple(tokens.shape)}, dtype {tokens.dtype}"
-                if isinstance(tokens, torch.Tensor)
-                else type(tokens).__name__
-            )
-            raise ValueError(f"Transformer: {name} must be a (B, length) integer tensor, got {what}")
+        checks.id_tensor("Transformer", name, tokens, "(B, length)")
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= embedding.num_embeddings):
             raise ValueError(
                 f"Transformer: {name} holds ids in [{int(tokens.min())}, {int(tokens.max())}], "

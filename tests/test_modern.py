@@ -307,7 +307,9 @@ def test_bad_config_and_input_raise_clear_errors():
     with pytest.raises(ValueError, match="config must be a ModernGPTConfig"):
         ModernGPT(GPTConfig(vocab_size=10))
     model = small()
-    with pytest.raises(ValueError, match="integer ids"):
+    with pytest.raises(
+        ValueError, match=r"tokens must be a \(B, n\) integer tensor, got shape \(2, 3\), dtype torch.float32"
+    ):
         model(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 11\)"):
         model(torch.tensor([[1, 11]]))

@@ -82,7 +82,9 @@ def test_train_is_seeded_and_learns():
     assert first.summary["tokens_per_s"] == pytest.approx(60 * 8 * 16 / first.summary["seconds"])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         gpt.train(recipe, corpus.train_ids, val, corpus.vocab_size - 1, device="cpu")
-    with pytest.raises(ValueError, match="integer ids"):
+    with pytest.raises(
+        ValueError, match=r"train_ids must be a \(N\) integer tensor, got shape .*, dtype torch.float32"
+    ):
         gpt.train(recipe, corpus.train_ids.float(), val, corpus.vocab_size, device="cpu")
 
 

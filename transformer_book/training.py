@@ -60,6 +60,30 @@ __all__ = [
 CHECKPOINT_VERSION = 1
 """Format version written into every checkpoint; :func:`fit` refuses other versions."""
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_MIN_STEPS = 1_000
+"""The shortest run that ``TrainConfig(compile=None)`` compiles on CUDA: compiling a step takes tens
+of seconds, which a run of a few hundred short steps (a fine-tune, a scaling-law grid point) never
+earns back."""
+
+
+def mixed_precision(device: torch.device | str, enabled: bool = True) -> torch.dtype | None:
+    """The autocast dtype of a training step on ``device``: ``None`` off CUDA (or when not
+    ``enabled``); ``torch.bfloat16`` on a GPU that computes it natively (compute capability 8.0 or
+    above: A100, H100, RTX 30 series and later); ``torch.float16``, with a gradient scaler, on older
+    ones (Colab's free T4 is 7.5). Not ``torch.cuda.is_bf16_supported()``, which counts emulation:
+    on a T4 it says yes, and bfloat16 then runs emulated and the fused attention kernels refuse it."""
+    device = torch.device(device)
+    if not enabled or device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
+
+
+def compiles(config: TrainConfig, device: torch.device | str) -> bool:
+    """Whether :func:`fit` compiles the step of ``config`` on ``device``: ``config.compile`` when
+    set, else on CUDA for runs of at least :data:`COMPILE_MIN_STEPS` steps."""
+    if config.compile is not None:
+        return config.compile
+    return torch.device(device).type == "cuda" and config.steps >= COMPILE_MIN_STEPS
 
 
 @dataclass
@@ -69,8 +93,8 @@ class TrainConfig:
     ``schedule`` is ``"inverse_sqrt"`` (:func:`~transformer_book.schedules.warmup_inverse_sqrt`), ``"cosine"``
     (:func:`~transformer_book.schedules.warmup_cosine` over ``steps``, down to ``min_lr_ratio`` times ``lr``) or
     ``"constant"`` (warm-up, then flat).
-    ``amp`` turns on mixed precision only on CUDA (bfloat16 where supported, else float16 with
-    a gradient scaler); on the CPU it is ignored. Validation runs every ``eval_every`` steps
+    ``amp`` turns on mixed precision only on CUDA (:func:`mixed_precision`: bfloat16 on a GPU that
+    computes it natively, else float16 with a gradient scaler); on the CPU it is ignored. Validation runs every ``eval_every`` steps
     and after the last; a checkpoint is written every ``checkpoint_every`` steps and after the
     last when ``checkpoint_path`` is set. ``smoothing`` is not used by :func:`fit` itself; it
     is there for the caller's ``loss_fn`` to read, so that one config describes the run.
@@ -79,12 +103,14 @@ class TrainConfig:
     and optimizer steps; validation and checkpoints not counted) have passed, or at ``steps``,
     whichever comes first: how to compare models at equal training time. The number of steps
     then depends on the machine's speed, so a run with a budget is repeatable only as far as
-    the machine's timing is.
+    the machine's timing is. A compiled run's first step, which compiles the graph, does not
+    count against the budget (its seconds are in :class:`History`'s ``compile_s``).
 
     ``compile`` runs the training step (the model's forward and the loss; the backward follows)
-    through ``torch.compile``: ``None`` (default) compiles on CUDA only, where fusing the many
-    small kernels of LayerNorm, GELU, dropout and the residual sums pays for the compile time
-    (and where a part that cannot be compiled falls back to running uncompiled, with a warning);
+    through ``torch.compile``: ``None`` (default) compiles on CUDA only, and only for runs of at
+    least :data:`COMPILE_MIN_STEPS` steps, where fusing the many small kernels of LayerNorm, GELU,
+    dropout and the residual sums pays for the tens of seconds compiling takes (a part that cannot
+    be compiled falls back to running uncompiled, with a warning);
     ``False`` never compiles (the first step then starts at once, and errors show the book's
     own Python frames); ``True`` compiles on any device. Validation always runs uncompiled.
     ``compile_mode`` is passed to ``torch.compile``: ``"default"``, ``"reduce-overhead"`` (CUDA
@@ -96,6 +122,12 @@ class TrainConfig:
     ``flops_per_token`` (e.g. :func:`transformer_book.flops.gpt_flops_per_token`) makes
     :func:`fit` report model FLOPs utilisation against the device's datasheet peak
     (:func:`transformer_book.flops.peak_flops`), when that peak is known.
+
+    ``deterministic`` runs the steps with ``torch.use_deterministic_algorithms`` on (slower on
+    CUDA, where some kernels then take a deterministic path); ``False``, the default, runs them
+    with it off whatever the caller set (say :func:`~transformer_book.runtime.seed_everything`
+    for a chapter's derivations), as the book's measured runs did, and restores the caller's
+    setting afterwards. On the CPU the steps compute the same numbers either way.
     """
 
     steps: int = 1000
@@ -118,6 +150,7 @@ class TrainConfig:
     compile_mode: str = "default"
     flops_per_token: float | None = None
     attention_kernel: str | None = None
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         checks.positive_int(
@@ -148,6 +181,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: clip_norm must be positive or None, got {self.clip_norm}")
         if self.compile not in (None, True, False):
             raise ValueError(f"TrainConfig: compile must be None, True or False, got {self.compile!r}")
+        checks.boolean("TrainConfig", amp=self.amp, deterministic=self.deterministic)
         checks.choice("TrainConfig", "compile_mode", self.compile_mode, COMPILE_MODES)
         if self.attention_kernel is not None and self.attention_kernel not in ATTENTION_KERNELS:
             raise ValueError(
@@ -166,7 +200,8 @@ class History:
     checkpoints excluded) at every logging and validation step, so that curves can be drawn
     against time as well as against steps. ``mfu`` holds the model FLOPs utilisation of each
     logging window (a fraction), when :class:`TrainConfig`'s ``flops_per_token`` is set and the
-    device's peak is known.
+    device's peak is known. ``compile_s`` holds the seconds of the steps that compiled the graph
+    (the first step of a compiled run), which ``train_time_s`` and the time budget leave out.
     """
 
     train_loss: list[tuple[int, float]] = field(default_factory=list)
@@ -175,6 +210,7 @@ class History:
     tokens_per_s: list[tuple[int, float]] = field(default_factory=list)
     train_time_s: list[tuple[int, float]] = field(default_factory=list)
     mfu: list[tuple[int, float]] = field(default_factory=list)
+    compile_s: list[tuple[int, float]] = field(default_factory=list)
 
     def time_at(self, step: int) -> float:
         """Training seconds spent up to ``step``, interpolated between recorded points."""
@@ -217,31 +253,51 @@ def seconds_per_step(
     steps: int = 8,
     warmup: int = 2,
     clip_norm: float | None = None,
+    amp: bool = True,
+    compile: bool | None = None,
 ) -> float:
     """The median wall time of one training step of ``model`` (loss, backward, clipping when
     ``clip_norm`` is given, AdamW), over ``steps`` steps on ``batches(0), batches(1), ...`` after
     ``warmup`` untimed ones. Steps the model: pass a throwaway copy.
 
-    With :func:`steps_in_budget` it answers the chapters' question "how many steps fit into this
-    much training time?" before a run with a time budget (chapters 9, 12 and 13).
+    The step is the one :func:`fit` runs: on CUDA in the autocast of :func:`mixed_precision`
+    (``amp``) and compiled (``compile``; ``None``: on CUDA, as :func:`fit` does for the long runs
+    that budgets are for), the compilation falling in the untimed warm-up steps; on the CPU in
+    float32, uncompiled. With :func:`steps_in_budget` it answers the chapters' question "how many
+    steps fit into this much training time?" before a run with a time budget (chapters 9, 12, 13).
     """
     checks.positive_int("seconds_per_step", steps=steps)
     checks.non_negative_int("seconds_per_step", warmup=warmup)
     device = torch.device(device)
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    amp_dtype = mixed_precision(device, amp)
+    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype is not None else nullcontext
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    step_module: nn.Module = _LossModule(model, loss_fn)
+    if compile if compile is not None else device.type == "cuda":
+        if warmup < 1:
+            raise ValueError("seconds_per_step: a compiled step needs warmup >= 1 (the first step compiles)")
+        step_module = torch.compile(step_module)
     times = []
     for step in range(warmup + steps):
         batch = to_device(batches(step), device)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        loss, _ = loss_fn(model, batch)
+        with autocast():
+            loss, _ = step_module(batch)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
         if clip_norm is not None:
             nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if step >= warmup:
@@ -513,10 +569,9 @@ def _fit(
     model.to(device)
     seed_everything(config.seed, deterministic=False)
 
-    use_amp = config.amp and device.type == "cuda"
-    amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
-    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if use_amp else nullcontext
-    scaler = torch.amp.GradScaler("cuda") if use_amp and amp_dtype == torch.float16 else None
+    amp_dtype = mixed_precision(device, config.amp)
+    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype is not None else nullcontext
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
     optimizer = _make_optimizer(model, config, device)
     scheduler = make_schedule(
         config.schedule,
@@ -582,7 +637,7 @@ def _fit(
             dist.broadcast(tensor, src=0)
         ddp = DistributedDataParallel(_LossModule(model, loss_fn), find_unused_parameters=True)
     step_module = ddp if world_size > 1 else _LossModule(model, loss_fn)
-    compiled = config.compile if config.compile is not None else device.type == "cuda"
+    compiled = compiles(config, device)
     if compiled:
         step_module = torch.compile(step_module, mode=config.compile_mode)
     # Compiling by default (compile=None) must not stop a chapter on a GPU it was not tried on: a
@@ -612,6 +667,11 @@ def _fit(
         leave=False,
     )
     began = time.perf_counter()
+    caller_deterministic = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.use_deterministic_algorithms(config.deterministic, warn_only=True)
     window_tokens, window_seconds, postfix = 0, 0.0, {}
     train_seconds = history.train_time_s[-1][1] if history.train_time_s else 0.0
     upcoming = None
@@ -652,12 +712,17 @@ def _fit(
                 optimizer.step()
             scheduler.step()
             seconds = time.perf_counter() - step_start
-            train_seconds += seconds
+            compiling = compiled and done == start + 1  # this step compiled the graph: not training time
+            if compiling:
+                history.compile_s.append((done, seconds))
+            else:
+                train_seconds += seconds
 
             history.train_loss.append((done, value))
             history.lr.append((done, lr))
-            window_tokens += int(n_tokens)
-            window_seconds += seconds
+            if not compiling:
+                window_tokens += int(n_tokens)
+                window_seconds += seconds
             bar.update(1)
             last = done == config.steps or (config.time_budget_s is not None and train_seconds >= config.time_budget_s)
             logged = done % config.log_every == 0 or last
@@ -686,6 +751,7 @@ def _fit(
                 break
     finally:
         bar.close()
+        torch.use_deterministic_algorithms(caller_deterministic[0], warn_only=caller_deterministic[1])
     if progress and rank == 0:
         tqdm.write(summary_line(history, config, start=start, wall_s=time.perf_counter() - began), file=sys.stderr)
     return history

@@ -28,6 +28,8 @@ __all__ = [
     "token_ids",
     "text",
     "id_tensor",
+    "ids_within",
+    "compiling",
 ]
 
 
@@ -166,3 +168,25 @@ def id_tensor(where: str, name: str, value: object, shape: str = "(B, m)") -> to
         )
         raise ValueError(f"{where}: {name} must be a {shape} integer tensor, got {got}")
     return value
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` is tracing the caller. A check that reads a tensor's values makes
+    the host wait for the device and, inside a compiled step, breaks the graph in two: such checks
+    are skipped while compiling (eager calls, the first and every uncompiled one, still make them)."""
+    import torch
+
+    is_compiling = getattr(torch.compiler, "is_compiling", None)  # PyTorch 2.3 on; torch._dynamo's before
+    return bool(is_compiling()) if is_compiling is not None else bool(torch._dynamo.is_compiling())
+
+
+def ids_within(where: str, name: str, ids: torch.Tensor, size: int) -> None:
+    """Every id of the integer tensor ``ids`` lies in ``[0, size)`` (one wait for the device, not
+    two); skipped while compiling (:func:`compiling`), where an id outside the vocabulary fails in
+    the embedding instead (on a GPU as a device-side assert)."""
+    if compiling():
+        return
+    if bool(((ids < 0) | (ids >= size)).any()):
+        raise ValueError(
+            f"{where}: {name} hold ids in [{int(ids.min())}, {int(ids.max())}], outside the vocabulary [0, {size})"
+        )

@@ -115,7 +115,10 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
     in training mode, so that the validation loss is the plain cross-entropy (its exponential the
     perplexity). The count it returns is the number of positions scored; a batch with none
     scores 0 (a mean over no positions, which cross-entropy's own mean makes NaN). A target id
-    outside the vocabulary raises a ``ValueError`` (on a GPU it would be a device-side assert)."""
+    outside the vocabulary raises a ``ValueError`` (on a GPU it would be a device-side assert).
+    Inside a compiled step (``torch.compile``) nothing is read back to the host: the count stays a
+    tensor, the mean is the sum over at least one position, and the id check is left out
+    (:func:`~transformer_book.checks.compiling`), so that the step compiles into one graph."""
     checks.probability("language_model_loss", "smoothing", smoothing)
 
     def loss_fn(model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
@@ -123,6 +126,16 @@ def language_model_loss(*, smoothing: float = 0.0) -> Callable[[nn.Module, Any],
         logits = model(x)
         epsilon = smoothing if model.training else 0.0
         kept = y != IGNORE_INDEX
+        if checks.compiling():  # no wait for the device, no break in the graph
+            scored = kept.sum()
+            total = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(),
+                y.reshape(-1),
+                label_smoothing=epsilon,
+                ignore_index=IGNORE_INDEX,
+                reduction="sum",
+            )
+            return total / scored.clamp(min=1), scored
         outside = kept & ((y < 0) | (y >= logits.shape[-1]))
         scored, bad = torch.stack([kept.sum(), outside.sum()]).tolist()  # one wait for the device, not two
         if bad:

@@ -276,11 +276,7 @@ class BERT(nn.Module):
             raise ValueError(f"BERT: tokens have shape {(B, n)}; at least one sequence and one token")
         if n > c.max_len:
             raise ValueError(f"BERT: {n} positions exceed max_len={c.max_len}")
-        if tokens.min() < 0 or tokens.max() >= c.vocab_size:
-            raise ValueError(
-                f"BERT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
-                f"vocabulary [0, {c.vocab_size})"
-            )
+        checks.ids_within("BERT", "tokens", tokens, c.vocab_size)
         if segments is None:
             return torch.zeros_like(tokens)
         if (
@@ -295,7 +291,7 @@ class BERT(nn.Module):
                 else type(segments).__name__
             )
             raise ValueError(f"BERT: segments must be an integer tensor of the tokens' shape {(B, n)}, got {what}")
-        if segments.min() < 0 or segments.max() >= c.n_segments:
+        if not checks.compiling() and (segments.min() < 0 or segments.max() >= c.n_segments):
             raise ValueError(
                 f"BERT: segments hold ids in [{int(segments.min())}, {int(segments.max())}], outside "
                 f"[0, {c.n_segments})"

@@ -132,11 +132,7 @@ class GPT(nn.Module):
         checks.id_tensor("GPT", "tokens", tokens, "(B, n)")
         if tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"GPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
-        if bool(((tokens < 0) | (tokens >= self.config.vocab_size)).any()):  # one wait for a GPU, not two
-            raise ValueError(
-                f"GPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
-                f"vocabulary [0, {self.config.vocab_size})"
-            )
+        checks.ids_within("GPT", "tokens", tokens, self.config.vocab_size)
         if offset + tokens.shape[1] > self.config.context:
             raise ValueError(
                 f"GPT: {offset + tokens.shape[1]} positions exceed the context of "

@@ -236,11 +236,7 @@ def _check_tokens(tokens: object, offset: int, config: ModernGPTConfig) -> None:
     checks.id_tensor("ModernGPT", "tokens", tokens, "(B, n)")
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"ModernGPT: tokens have shape {tuple(tokens.shape)}; at least one sequence and one token")
-    if bool(((tokens < 0) | (tokens >= config.vocab_size)).any()):  # one wait for a GPU, not two
-        raise ValueError(
-            f"ModernGPT: tokens hold ids in [{int(tokens.min())}, {int(tokens.max())}], outside the "
-            f"vocabulary [0, {config.vocab_size})"
-        )
+    checks.ids_within("ModernGPT", "tokens", tokens, config.vocab_size)
     if offset + tokens.shape[1] > config.context:
         raise ValueError(
             f"ModernGPT: {offset + tokens.shape[1]} positions exceed the context of "

@@ -254,17 +254,19 @@ def seconds_per_step(
     warmup: int = 2,
     clip_norm: float | None = None,
     amp: bool = True,
-    compile: bool | None = None,
+    compile: bool = False,
 ) -> float:
     """The median wall time of one training step of ``model`` (loss, backward, clipping when
     ``clip_norm`` is given, AdamW), over ``steps`` steps on ``batches(0), batches(1), ...`` after
     ``warmup`` untimed ones. Steps the model: pass a throwaway copy.
 
-    The step is the one :func:`fit` runs: on CUDA in the autocast of :func:`mixed_precision`
-    (``amp``) and compiled (``compile``; ``None``: on CUDA, as :func:`fit` does for the long runs
-    that budgets are for), the compilation falling in the untimed warm-up steps; on the CPU in
-    float32, uncompiled. With :func:`steps_in_budget` it answers the chapters' question "how many
-    steps fit into this much training time?" before a run with a time budget (chapters 9, 12, 13).
+    Pass the ``amp`` and ``compile`` of the run to be planned (:class:`TrainConfig`'s, and
+    :func:`compiles` for whether it compiles), so that the step timed is the step :func:`fit` will
+    take: on CUDA in the autocast of :func:`mixed_precision` (``amp``, on by default as in
+    :class:`TrainConfig`), compiled when ``compile`` (the compilation falls in the untimed warm-up
+    steps); on the CPU ``amp`` changes nothing. With :func:`steps_in_budget` it answers the
+    chapters' question "how many steps fit into this much training time?" before a run with a time
+    budget (chapters 9, 12 and 13).
     """
     checks.positive_int("seconds_per_step", steps=steps)
     checks.non_negative_int("seconds_per_step", warmup=warmup)
@@ -275,7 +277,7 @@ def seconds_per_step(
     autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype is not None else nullcontext
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
     step_module: nn.Module = _LossModule(model, loss_fn)
-    if compile if compile is not None else device.type == "cuda":
+    if compile:
         if warmup < 1:
             raise ValueError("seconds_per_step: a compiled step needs warmup >= 1 (the first step compiles)")
         step_module = torch.compile(step_module)

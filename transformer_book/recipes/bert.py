@@ -408,8 +408,15 @@ def seconds_per_step(
     ``steps`` steps of real batches after ``warmup`` untimed ones
     (:func:`~transformer_book.training.seconds_per_step` on a fresh model)."""
     device = torch.device(device) if device is not None else runtime.select_device()
+    compiled = training.compiles(train_config(r.steps, r.lr), device)  # the step train() will take
     return training.seconds_per_step(
-        new_model(r, d), training_batches(r, d), bert_loss(nsp=r.nsp), device=device, steps=steps, warmup=warmup
+        new_model(r, d),
+        training_batches(r, d),
+        bert_loss(nsp=r.nsp),
+        device=device,
+        steps=steps,
+        warmup=max(warmup, 1) if compiled else warmup,
+        compile=compiled,
     )
 
 

@@ -162,8 +162,9 @@ class Recipe:
         checks.finite_real("Recipe.filling", "budget_s", budget_s, above=0)
         model = GPT(self.model_config(vocab_size)) if model is None else model
         x = torch.randint(0, vocab_size, (self.batch, self.sizes.context + 1))
+        on_gpu = torch.device(device).type == "cuda"  # a budget fills thousands of steps there: fit compiles them
         step_s = training.seconds_per_step(
-            model, lambda step: (x[:, :-1], x[:, 1:]), objectives.language_model_loss(), device=device
+            model, lambda step: (x[:, :-1], x[:, 1:]), objectives.language_model_loss(), device=device, compile=on_gpu
         )
         steps = training.steps_in_budget(budget_s, step_s)
         return dataclasses.replace(self, steps=steps, warmup_steps=min(100, steps // 10), budget_s=budget_s)

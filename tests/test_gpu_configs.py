@@ -89,7 +89,7 @@ def _cuda_branch(notebook: str, marker: str) -> dict:
     branch = next(
         node
         for node in ast.parse(source).body
-        if isinstance(node, ast.If) and 'device.type == "cuda"' in ast.unparse(node.test)
+        if isinstance(node, ast.If) and "device.type == 'cuda'" in ast.unparse(node.test)
     )
     namespace: dict = {}
     exec(compile(ast.Module(body=branch.body, type_ignores=[]), notebook, "exec"), namespace)

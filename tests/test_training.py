@@ -203,8 +203,17 @@ def test_fit_reduces_the_loss():
     assert history.val_loss[-1][1] < history.val_loss[0][1] < math.log(V)
     assert len(history.tokens_per_s) == 6 and all(r > 0 for _, r in history.tokens_per_s)
     assert history.lr[4][1] == pytest.approx(3e-2)  # peak at the warm-up step
-    assert set(history.to_dict()) == {"train_loss", "val_loss", "lr", "tokens_per_s", "train_time_s", "mfu"}
+    assert set(history.to_dict()) == {
+        "train_loss",
+        "val_loss",
+        "lr",
+        "tokens_per_s",
+        "train_time_s",
+        "mfu",
+        "compile_s",
+    }
     assert history.mfu == []  # no flops_per_token given (and no known peak on the CPU)
+    assert history.compile_s == []  # nothing compiled on the CPU by default
     assert History.from_dict(history.to_dict()) == history
     # training time: at every log and validation step, increasing
     assert [s for s, _ in history.train_time_s] == [10, 20, 30, 40, 50, 60]

@@ -88,6 +88,7 @@ def run_chapter(notebook: Path) -> None:
 
     matplotlib.use("Agg")
     _without_ipython()
+    notebook = notebook.resolve()
     os.chdir(notebook.parent)
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for index, source in enumerate(chapter_script(notebook)):
@@ -219,13 +220,13 @@ def check_benchmarks(out: Path, deadline: float, cuda: bool) -> dict[str, Any]:
 def environment(cuda: bool) -> dict[str, Any]:
     import torch
 
-    from transformer_book import data, training
+    from transformer_book import training
 
     facts: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "device": "cpu",
-        "data": os.environ.get("TB_DATA_DIR") or f"the cache, {data.cache_dir()}",
+        "data": "a local copy, from $TB_DATA_DIR" if os.environ.get("TB_DATA_DIR") else "the cache",
     }
     if cuda:
         facts.update(

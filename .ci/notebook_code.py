@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from notebook_source import without_magics  # the tests' one rule for magics
 
 
 def main(out: Path) -> None:
@@ -30,15 +32,8 @@ def main(out: Path) -> None:
         for index, cell in enumerate(cells):
             if cell["cell_type"] != "code":
                 continue
-            source = "".join(cell["source"])
-            # IPython magics and shell escapes are not Python: kept as comments after a `pass`, which
-            # keeps the block they sit in (`if ...: %pip install ...`) valid
-            source = "\n".join(
-                line[: len(line) - len(line.lstrip())] + "pass  # " + line.lstrip()
-                if line.lstrip().startswith(("%", "!"))
-                else line
-                for line in source.splitlines()
-            )
+            # IPython magics and shell escapes are not Python: kept as comments after a `pass`
+            source = without_magics("".join(cell["source"]))
             parts.append(f"# cell {index}\n{source}\n")
         (out / "book" / f"{notebook.stem}.py").write_text("\n".join(parts))
     shutil.copytree(ROOT / "transformer_book", out / "transformer_book", ignore=shutil.ignore_patterns("__pycache__"))

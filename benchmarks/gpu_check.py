@@ -48,21 +48,13 @@ GPU_BENCHMARKS = ("kv_cache_speed", "gpt_training_speed", "smollm2_generation")
 def chapter_script(notebook: Path) -> list[str]:
     """The code cells of ``notebook``, in order, as Python: an IPython magic or shell escape
     becomes ``pass`` (it keeps a block such as ``except ImportError: %pip install ...`` valid)."""
+    sys.path.insert(0, str(ROOT / "tests"))  # the tests' reader of notebook code: one rule for magics
+    try:
+        from notebook_source import without_magics
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    scripts = []
-    for cell in cells:
-        if cell["cell_type"] != "code":
-            continue
-        lines = "".join(cell["source"]).split("\n")
-        scripts.append(
-            "\n".join(
-                line[: len(line) - len(line.lstrip())] + "pass  # " + line.lstrip()
-                if line.lstrip().startswith(("%", "!"))
-                else line
-                for line in lines
-            )
-        )
-    return scripts
+    return [without_magics("".join(cell["source"])) for cell in cells if cell["cell_type"] == "code"]
 
 
 def _without_ipython() -> None:

@@ -78,6 +78,14 @@ def mixed_precision(device: torch.device | str, enabled: bool = True) -> torch.d
     return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
 
 
+def _precision(device: torch.device, amp: bool) -> tuple[Callable[[], Any], torch.amp.GradScaler | None]:
+    """``(autocast, scaler)`` of a training step on ``device``: a factory of the autocast context
+    of :func:`mixed_precision` (a null context off CUDA), and a gradient scaler for float16."""
+    dtype = mixed_precision(device, amp)
+    autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if dtype is not None else nullcontext
+    return autocast, torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+
+
 def compiles(config: TrainConfig, device: torch.device | str) -> bool:
     """Whether :func:`fit` compiles the step of ``config`` on ``device``: ``config.compile`` when
     set, else on CUDA for runs of at least :data:`COMPILE_MIN_STEPS` steps."""
@@ -273,9 +281,7 @@ def seconds_per_step(
     device = torch.device(device)
     model = model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    amp_dtype = mixed_precision(device, amp)
-    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype is not None else nullcontext
-    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    autocast, scaler = _precision(device, amp)
     step_module: nn.Module = _LossModule(model, loss_fn)
     if compile:
         if warmup < 1:
@@ -571,9 +577,7 @@ def _fit(
     model.to(device)
     seed_everything(config.seed, deterministic=False)
 
-    amp_dtype = mixed_precision(device, config.amp)
-    autocast = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype is not None else nullcontext
-    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    autocast, scaler = _precision(device, config.amp)
     optimizer = _make_optimizer(model, config, device)
     scheduler = make_schedule(
         config.schedule,

@@ -1,7 +1,7 @@
 """The GPU paths of training, held on the CPU: the mixed precision a GPU gets from its compute
 capability (faked here), which runs compile, determinism scoped to fit's steps, the compiling
 step left out of the time budget, and the steps that compile into one graph (no host wait
-inside the compiled step)."""
+inside the compiled step; BERT's breaks only where it selects the masked positions)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from transformer_book import checks
+from transformer_book.contracts import IGNORE_INDEX, PretrainingBatch
 from transformer_book.data import RandomWindows
-from transformer_book.models import GPT, GPTConfig, ModernGPT, ModernGPTConfig
+from transformer_book.models import BERT, GPT, BERTConfig, GPTConfig, ModernGPT, ModernGPTConfig
+from transformer_book.models.bert import bert_loss
 from transformer_book.objectives import language_model_loss
 from transformer_book.training import (
     COMPILE_MIN_STEPS,
@@ -134,6 +136,28 @@ def test_a_language_model_step_compiles_into_one_graph(kind):
     )
     batch = RandomWindows(IDS, 16, 4, seed=0)(0)
     assert _graphs(_LossModule(model, language_model_loss()), batch) == (1, 0)
+
+
+@pytest.mark.filterwarnings(DYNAMO_GRAD_WARNING)
+def test_a_bert_pretraining_step_breaks_only_where_the_masked_positions_are_selected():
+    # the counts stay tensors and the no-selection check is left out while compiling; what remains
+    # are the two selections hidden[selected] and targets[selected], whose size is known only at run
+    # time: the price of sending about 15% of the positions through the MLM head instead of all
+    torch.manual_seed(0)
+    model = BERT(BERTConfig(vocab_size=30, max_len=16, d_model=16, n_heads=2, n_layers=2, dropout=0.0))
+    tokens = torch.randint(5, 30, (3, 9), generator=torch.Generator().manual_seed(0))
+    targets = torch.full((3, 9), IGNORE_INDEX)
+    targets[:, 1::3] = tokens[:, 1::3]
+    segments = (torch.arange(9) >= 4).long().expand(3, 9).clone()
+    batch = PretrainingBatch(tokens, segments, targets, torch.tensor([1, 0, 1]))
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(_LossModule(model, bert_loss()))(batch)
+    assert (explained.graph_count, explained.graph_break_count) == (3, 2)
+    assert all("aten.nonzero" in reason.reason for reason in explained.break_reasons)
+    loss, count = torch.compile(_LossModule(model, bert_loss()))(batch)
+    eager_loss, eager_count = bert_loss()(model, batch)
+    torch.testing.assert_close(loss, eager_loss)
+    assert int(count) == int(eager_count) == 9
 
 
 def test_checks_that_read_values_are_skipped_only_while_compiling():

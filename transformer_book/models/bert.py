@@ -355,13 +355,16 @@ class PretrainingLoss(NamedTuple):
     """One batch's pretraining losses: ``total = mlm + nsp`` (for back-propagation), the MLM
     loss averaged over the ``n_predictions`` selected positions, the NSP loss averaged over the
     ``n_pairs`` pairs, and ``nsp_correct``, the number of pairs classified right. Without
-    next-sentence prediction ``total = mlm`` and ``nsp``, ``nsp_correct`` are ``None``."""
+    next-sentence prediction ``total = mlm`` and ``nsp``, ``nsp_correct`` are ``None``.
+
+    The two counts are 0-d integer tensors on the model's device (``int()`` reads one): reading
+    them back inside the loss would make a GPU wait for every step, and break a compiled step."""
 
     total: torch.Tensor
     mlm: torch.Tensor
     nsp: torch.Tensor | None
-    nsp_correct: int | None
-    n_predictions: int
+    nsp_correct: torch.Tensor | None
+    n_predictions: torch.Tensor
     n_pairs: int
 
 
@@ -379,7 +382,7 @@ def _batch_fields(batch: Any, nsp: bool) -> tuple[torch.Tensor, torch.Tensor, to
         raise ValueError(f"pretraining_loss: targets have shape {tuple(targets.shape)}, tokens {tuple(tokens.shape)}")
     if nsp and is_next.shape != tokens.shape[:1]:
         raise ValueError(f"pretraining_loss: is_next must have shape ({tokens.shape[0]},), got {tuple(is_next.shape)}")
-    if not bool((targets != IGNORE_INDEX).any()):
+    if not checks.compiling() and not bool((targets != IGNORE_INDEX).any()):
         raise ValueError("pretraining_loss: no position is selected for the MLM loss (targets are all IGNORE_INDEX)")
     return tokens, segments, targets, is_next
 
@@ -403,20 +406,25 @@ def pretraining_loss(model: BERT, batch: Any, *, nsp: bool = True) -> Pretrainin
             selected positions, ``IGNORE_INDEX`` elsewhere) and ``is_next (B,)`` (1 when B
             follows A), e.g. a :class:`~transformer_book.data.pretraining.PretrainingBatch`.
 
+    The counts come back as tensors (see :class:`PretrainingLoss`), so that nothing waits for the
+    device; compiled, the step breaks only at the two selections ``[selected]``, whose size is known
+    only at run time.
+
     Raises:
         ValueError: shapes that do not match, or a batch with no selected position (its MLM
-            loss would be 0/0).
+            loss would be 0/0; not checked inside a compiled step, where such a batch gives a NaN
+            loss, at which :func:`~transformer_book.training.fit` stops).
     """
     tokens, segments, targets, is_next = _batch_fields(batch, nsp)  # checked
     selected = targets != IGNORE_INDEX
-    n_predictions = int(selected.sum())
+    n_predictions = selected.sum()
     hidden = model.encode(tokens, segments)
     mlm = F.cross_entropy(model.mlm_logits(hidden[selected]), targets[selected])
     if not nsp:
         return PretrainingLoss(mlm, mlm, None, None, n_predictions, tokens.shape[0])
     nsp_scores = model.nsp_logits(hidden)
     nsp_loss = F.cross_entropy(nsp_scores, is_next)
-    correct = int((nsp_scores.argmax(dim=-1) == is_next).sum())
+    correct = (nsp_scores.argmax(dim=-1) == is_next).sum()
     return PretrainingLoss(mlm + nsp_loss, mlm, nsp_loss, correct, n_predictions, tokens.shape[0])
 
 
@@ -443,8 +451,8 @@ def bert_loss(
                     "training": model.training,
                     "mlm": result.mlm.item(),
                     "nsp": None if result.nsp is None else result.nsp.item(),
-                    "nsp_correct": result.nsp_correct,
-                    "n_predictions": result.n_predictions,
+                    "nsp_correct": None if result.nsp_correct is None else int(result.nsp_correct),
+                    "n_predictions": int(result.n_predictions),
                     "n_pairs": result.n_pairs,
                 }
             )
@@ -474,11 +482,12 @@ def evaluate_pretraining(
         for batch in batches:
             batch = type(batch)(*(t.to(device) for t in batch))
             result = pretraining_loss(model, batch, nsp=nsp)
-            mlm += float(result.mlm) * result.n_predictions
+            selected = int(result.n_predictions)
+            mlm += float(result.mlm) * selected
             if nsp:
                 nsp_total += float(result.nsp) * result.n_pairs
-                correct += result.nsp_correct
-            predictions += result.n_predictions
+                correct += int(result.nsp_correct)
+            predictions += selected
             pairs += result.n_pairs
     finally:
         model.train(was_training)

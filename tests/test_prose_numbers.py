@@ -55,10 +55,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "0.050": "Kaplan et al. (2020)'s alpha_C, quoted from the paper",
         "0.057": "Gopher's law loss minus Chinchilla's, 1.99326 - 1.93665 = 0.0566 (printed 1.993 and 1.937)",
     },
-    "20": {
-        "1.550": "chapter 9's validation loss in its earlier run (3,126 steps), the model this chapter's stored run "
-        "loaded; quoted as such"
-    },
 }
 
 

@@ -55,6 +55,9 @@ __all__ = [
     "seconds_per_step",
     "steps_in_budget",
     "summary_line",
+    "mixed_precision",
+    "compiles",
+    "COMPILE_MIN_STEPS",
 ]
 
 CHECKPOINT_VERSION = 1

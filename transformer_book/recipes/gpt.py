@@ -171,8 +171,8 @@ class Recipe:
 
 
 NANOGPT_GPU_SIZES = Sizes(context=256, d_model=384, n_heads=6, n_layers=6, dropout=0.2)
-"""nanoGPT's baby GPT (its Shakespeare-character configuration): 6 layers, 6 heads, width 384,
-context 256, dropout 0.2; what chapter 9 trains on a GPU."""
+"""The sizes of nanoGPT's baby GPT, its Shakespeare-character configuration (6 layers, 6 heads, width
+384, context 256, dropout 0.2), which chapter 9 trains on a GPU."""
 
 
 def recipe(profile: str | None = None, device: torch.device | str | None = None) -> Recipe:

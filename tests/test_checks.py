@@ -42,6 +42,11 @@ from transformer_book import checks
         (lambda: checks.choice("f", "mode", 1, (True, False)), "f: mode must be one of True or False, got 1"),
         (lambda: checks.choice("f", "kind", "b", ("a",)), "f: kind must be 'a', got 'b'"),
         (lambda: checks.choice("f", "kind", ["a"], ("a", "b")), r"f: kind must be one of 'a' or 'b', got \['a'\]"),
+        (lambda: checks.divisible("f", "d_model", 10, "n_heads", 4), "f: d_model=10 is not divisible by n_heads=4$"),
+        (
+            lambda: checks.divisible("f", "n_heads", 6, "n_kv_heads", 4, " (groups)"),
+            r"f: n_heads=6 is not divisible by n_kv_heads=4 \(groups\)$",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_function_and_the_argument(call, message):
@@ -60,3 +65,4 @@ def test_good_values_pass_through():
     assert checks.choice("f", "normalize", None, (None, "length")) is None
     assert checks.choice("f", "normalize", "length", (None, "length")) == "length"
     assert checks.choice("f", "mode", True, (True, False)) is True
+    assert checks.divisible("f", "d_model", 12, "n_heads", 4) is None

@@ -201,8 +201,7 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size, where: str) -> Non
 def _check_heads(where: str, d_model: int, n_heads: int, dropout: float) -> None:
     """Positive ``d_model`` and ``n_heads``, the first divisible by the second, and a dropout rate in [0, 1)."""
     checks.positive_int(where, d_model=d_model, n_heads=n_heads)
-    if d_model % n_heads:
-        raise ValueError(f"{where}: d_model={d_model} is not divisible by n_heads={n_heads}")
+    checks.divisible(where, "d_model", d_model, "n_heads", n_heads)
     checks.probability(where, "dropout", dropout)
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported where needed: text and metrics use these checks wi
 __all__ = [
     "integer",
     "positive_int",
+    "divisible",
     "non_negative_int",
     "probability",
     "finite_real",
@@ -70,6 +71,13 @@ def non_negative_int(where: str, **values: object) -> None:
     """Each keyword argument is an int of at least 0."""
     for name, value in values.items():
         integer(where, name, value, minimum=0)
+
+
+def divisible(where: str, name: str, value: int, by_name: str, by: int, why: str = "") -> None:
+    """``by`` divides ``value`` (``d_model`` by ``n_heads``: each head gets
+    :math:`d_k = d_{\text{model}} / h` features); else a ValueError naming both, and ``why`` after."""
+    if value % by:
+        raise ValueError(f"{where}: {name}={value} is not divisible by {by_name}={by}{why}")
 
 
 def probability(where: str, name: str, value: object, *, zero: bool = True, one: bool = False) -> float:

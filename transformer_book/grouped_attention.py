@@ -246,13 +246,10 @@ def _check_heads(
     """Positive widths, ``n_heads`` dividing ``d_model`` and divided by ``n_kv_heads``, a dropout
     rate in [0, 1), and a rotary embedding (or None) for heads of ``d_k`` features."""
     checks.positive_int(where, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
-    if d_model % n_heads:
-        raise ValueError(f"{where}: d_model={d_model} is not divisible by n_heads={n_heads}")
-    if n_heads % n_kv_heads:
-        raise ValueError(
-            f"{where}: n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads} (each key/value "
-            "head serves a whole group of query heads)"
-        )
+    checks.divisible(where, "d_model", d_model, "n_heads", n_heads)
+    checks.divisible(
+        where, "n_heads", n_heads, "n_kv_heads", n_kv_heads, " (each key/value head serves a whole group of query heads)"
+    )
     checks.probability(where, "dropout", dropout)
     d_k = d_model // n_heads
     if rotary is not None and (not isinstance(rotary, RotaryEmbedding) or rotary.d_head != d_k):

@@ -106,8 +106,7 @@ class BERTConfig:
         )
         if self.d_ff is not None:
             checks.positive_int("BERTConfig", d_ff=self.d_ff)
-        if self.d_model % self.n_heads:
-            raise ValueError(f"BERTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        checks.divisible("BERTConfig", "d_model", self.d_model, "n_heads", self.n_heads)
         checks.probability("BERTConfig", "dropout", self.dropout)
         checks.finite_real("BERTConfig", "eps", self.eps, above=0)
         checks.boolean("BERTConfig", norm_first=self.norm_first)

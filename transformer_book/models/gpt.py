@@ -67,8 +67,7 @@ class GPTConfig:
         )
         if self.d_ff is not None:
             checks.positive_int("GPTConfig", d_ff=self.d_ff)
-        if self.d_model % self.n_heads:
-            raise ValueError(f"GPTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        checks.divisible("GPTConfig", "d_model", self.d_model, "n_heads", self.n_heads)
         checks.probability("GPTConfig", "dropout", self.dropout)
 
     @property

@@ -79,10 +79,8 @@ class ModernGPTConfig:
             checks.positive_int("ModernGPTConfig", n_kv_heads=self.n_kv_heads)
         if self.d_ff is not None:
             checks.positive_int("ModernGPTConfig", d_ff=self.d_ff)
-        if self.d_model % self.n_heads:
-            raise ValueError(f"ModernGPTConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-        if self.n_heads % self.kv_heads:
-            raise ValueError(f"ModernGPTConfig: n_heads={self.n_heads} is not divisible by n_kv_heads={self.kv_heads}")
+        checks.divisible("ModernGPTConfig", "d_model", self.d_model, "n_heads", self.n_heads)
+        checks.divisible("ModernGPTConfig", "n_heads", self.n_heads, "n_kv_heads", self.kv_heads)
         checks.probability("ModernGPTConfig", "dropout", self.dropout)
         checks.boolean("ModernGPTConfig", tie_output=self.tie_output)
         checks.finite_real("ModernGPTConfig", "rope_base", self.rope_base, above=1)

@@ -233,8 +233,7 @@ class TransformerConfig:
             n_decoder_layers=self.n_decoder_layers,
             max_len=self.max_len,
         )
-        if self.d_model % self.n_heads:
-            raise ValueError(f"TransformerConfig: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        checks.divisible("TransformerConfig", "d_model", self.d_model, "n_heads", self.n_heads)
         checks.probability("TransformerConfig", "dropout", self.dropout)
         checks.integer(
             "TransformerConfig",

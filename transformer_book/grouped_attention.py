@@ -247,9 +247,8 @@ def _check_heads(
     rate in [0, 1), and a rotary embedding (or None) for heads of ``d_k`` features."""
     checks.positive_int(where, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads)
     checks.divisible(where, "d_model", d_model, "n_heads", n_heads)
-    checks.divisible(
-        where, "n_heads", n_heads, "n_kv_heads", n_kv_heads, " (each key/value head serves a whole group of query heads)"
-    )
+    why = " (each key/value head serves a whole group of query heads)"
+    checks.divisible(where, "n_heads", n_heads, "n_kv_heads", n_kv_heads, why)
     checks.probability(where, "dropout", dropout)
     d_k = d_model // n_heads
     if rotary is not None and (not isinstance(rotary, RotaryEmbedding) or rotary.d_head != d_k):

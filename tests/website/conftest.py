@@ -51,9 +51,15 @@ def config():
 
 
 @pytest.fixture(scope="session")
-def snapshot(browser, site_url):
-    """snapshot("book/01_attention.html") -> PageSnapshot; each page is loaded once a session, all
-    in one browser context (its cache serves the scripts and styles every page shares)."""
+def visit_context(browser):
+    """The one browser context site_checks.visit loads pages in (its cache serves the scripts and
+    styles every page shares)."""
     context = site_checks.new_context(browser)
-    yield functools.cache(lambda path: site_checks.visit(context, site_url + path))
+    yield context
     context.close()
+
+
+@pytest.fixture(scope="session")
+def snapshot(visit_context, site_url):
+    """snapshot("book/01_attention.html") -> PageSnapshot; each page is loaded once a session."""
+    return functools.cache(lambda path: site_checks.visit(visit_context, site_url + path))

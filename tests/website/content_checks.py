@@ -154,7 +154,7 @@ def new_context(browser):
     """One browser context for every page: a laptop's viewport, outside hosts blocked, and
     MathJax not loaded (it triples the time of a page, and these checks do not need it)."""
     context = browser.new_context(viewport={"width": 1366, "height": 768})
-    return sc.local_only(context, mathjax=False)
+    return sc.without_mathjax(context)
 
 
 def visit_content(context, url: str, timeout_ms: int = 20_000) -> ContentSnapshot:

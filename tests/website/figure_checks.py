@@ -88,7 +88,7 @@ def new_context(browser):
     MathJax not loaded: it doubles a page's time, and the figures' sizes at either width do not
     depend on it (every chapter's images and diagrams measured the same with and without it)."""
     context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
-    return sc.local_only(context, mathjax=False)
+    return sc.without_mathjax(context)
 
 
 def _images(page) -> list[dict]:

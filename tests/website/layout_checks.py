@@ -95,12 +95,12 @@ def screenshot_path(kind: str, docname: str) -> Path:
 
 
 def new_context(browser, viewport: dict, phone: bool = False):
-    """A browser context of one size; a phone one emulates touch. Outside hosts are blocked."""
+    """A browser context of one size; a phone one emulates touch. Outside hosts are blocked (by the
+    browser: site_checks.CHROMIUM_ARGS)."""
     options = {"viewport": viewport, "device_scale_factor": 1}
     if phone:
         options.update(is_mobile=True, has_touch=True)
-    context = browser.new_context(**options)
-    return site_checks.local_only(context)
+    return browser.new_context(**options)
 
 
 def load(page, url: str, timeout_ms: int = 30_000) -> None:

@@ -279,19 +279,17 @@ def new_context(browser):
     return browser.new_context(viewport={"width": 1280, "height": 900})
 
 
-def visit(browser, url: str, screenshot: Path | None = None, timeout_ms: int = 20_000) -> PageSnapshot:
-    """Load `url` in a fresh page, wait for MathJax and images, and take a snapshot.
+def visit(context, url: str, screenshot: Path | None = None, timeout_ms: int = 20_000) -> PageSnapshot:
+    """Load `url` in a fresh page of `context` (from `new_context`), wait for MathJax and images, and
+    take a snapshot.
 
-    `browser` is a browser (the page gets a context of its own, closed after) or a context from
-    `new_context` (shared: the browser's cache then serves every page's scripts and styles after the
-    first). Requests to any host other than 127.0.0.1 are blocked and recorded, so the page is
-    judged as a reader without internet would see it.
+    Requests to any host other than 127.0.0.1 are blocked and recorded, so the page is judged
+    as a reader without internet would see it. Pages share the context's cache of scripts and
+    styles; a page itself is never cached (SiteServer), so an edited page is seen as edited.
     """
     snap = PageSnapshot(url=url)
-    shared = not hasattr(browser, "new_context")
-    context = browser if shared else new_context(browser)
+    page = context.new_page()
     try:
-        page = context.new_page()
         # The browser refuses outside hosts (CHROMIUM_ARGS); each attempt is recorded.
         page.on("request", lambda r: None if _is_local(r.url) else snap.external_requests.append(r.url))
         page.set_default_timeout(timeout_ms)
@@ -330,10 +328,8 @@ def visit(browser, url: str, screenshot: Path | None = None, timeout_ms: int = 2
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(screenshot), full_page=True)
-        page.close()
     finally:
-        if not shared:
-            context.close()
+        page.close()
     return snap
 
 
@@ -507,12 +503,10 @@ def _is_local(url: str) -> bool:
     return url.startswith(("data:", "blob:")) or urlsplit(url).hostname == "127.0.0.1"
 
 
-def local_only(context, *, mathjax: bool = True):
-    """`context`, which loads data:, blob: and 127.0.0.1 and nothing else (the browser refuses every
-    other host: CHROMIUM_ARGS); without `mathjax`, MathJax's files are refused too, so that pages
-    load in half the time where what is checked does not depend on typeset math."""
-    if not mathjax:
-        context.route(_MATHJAX_FILES, lambda r: r.abort())
+def without_mathjax(context):
+    """`context`, refusing MathJax's files, so that pages load in half the time where what is checked
+    does not depend on typeset math (outside hosts the browser refuses itself: CHROMIUM_ARGS)."""
+    context.route(_MATHJAX_FILES, lambda r: r.abort())
     return context
 
 

@@ -81,11 +81,11 @@ def test_internal_links_resolve(site):
     sc.fail_if(unreached, "pages of _toc.yml that no link reaches from index.html")
 
 
-def test_chapter1_screenshot(browser, site_url):
+def test_chapter1_screenshot(visit_context, site_url):
     """The CI artifact: a full-page screenshot of chapter 1, checked like any page."""
     chapter1 = next((d for d in CHAPTERS if d.startswith("book/01_")), CHAPTERS[0])
     path = sc.artifacts_dir() / "chapter1.png"
     path.unlink(missing_ok=True)
-    snap = sc.visit(browser, site_url + sc.page_path(chapter1), screenshot=path)
+    snap = sc.visit(visit_context, site_url + sc.page_path(chapter1), screenshot=path)
     assert path.stat().st_size > 10_000, f"{path} is suspiciously small"
     sc.fail_if(_page_problems(snap), f"{chapter1} while taking the screenshot")

@@ -39,8 +39,8 @@ def replace(old, new):
     return lambda html: html.replace(old, new)
 
 
-def chapter_problems(browser, copy, copy_url, config):
-    snap = sc.visit(browser, copy_url + sc.page_path(CHAPTER))
+def chapter_problems(visit_context, copy, copy_url, config):
+    snap = sc.visit(visit_context, copy_url + sc.page_path(CHAPTER))
     return {
         "math": sc.math_problems(snap),
         "images": sc.image_problems(snap),
@@ -54,11 +54,11 @@ def assert_reported(problems, expected):
     assert any(expected in p for p in problems), f"{expected!r} not reported; got {problems}"
 
 
-def test_intact_copy_reports_nothing(browser, copy, copy_url, config):
-    assert chapter_problems(browser, copy, copy_url, config) == dict.fromkeys(
+def test_intact_copy_reports_nothing(visit_context, copy, copy_url, config):
+    assert chapter_problems(visit_context, copy, copy_url, config) == dict.fromkeys(
         ["math", "images", "errors", "colab", "download"], []
     )
-    root = sc.visit(browser, copy_url + sc.page_path(ROOT))
+    root = sc.visit(visit_context, copy_url + sc.page_path(ROOT))
     assert sc.navigation_problems(sc.sidebar_pages(root, copy_url), DOCS) == []
     assert sc.link_problems(copy)[0] == []
 
@@ -77,15 +77,15 @@ def test_intact_copy_reports_nothing(browser, copy, copy_url, config):
     ],
     ids=["raw-dollars", "unbalanced-brace", "syntax-error", "undefined-macro"],
 )
-def test_broken_math_is_reported(browser, copy, copy_url, config, snippet, expected):
+def test_broken_math_is_reported(visit_context, copy, copy_url, config, snippet, expected):
     with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
-        problems = chapter_problems(browser, copy, copy_url, config)
+        problems = chapter_problems(visit_context, copy, copy_url, config)
     assert_reported(problems["math"], expected)
 
 
-def test_missing_image_is_reported(browser, copy, copy_url, config):
+def test_missing_image_is_reported(visit_context, copy, copy_url, config):
     with sc.edited_page(copy, CHAPTER, sc.in_article('<p><img src="nope.png" alt="missing"></p>')):
-        problems = chapter_problems(browser, copy, copy_url, config)
+        problems = chapter_problems(visit_context, copy, copy_url, config)
         links = sc.link_problems(copy)[0]
     assert_reported(problems["images"], "image did not load: nope.png")
     assert_reported(problems["errors"], "nope.png (HTTP 404)")
@@ -93,7 +93,7 @@ def test_missing_image_is_reported(browser, copy, copy_url, config):
 
 
 @pytest.mark.parametrize("broken", ["wrong-branch", "wrong-path", "wrong-repo", "no-link"])
-def test_broken_colab_link_is_reported(browser, copy, copy_url, config, broken):
+def test_broken_colab_link_is_reported(visit_context, copy, copy_url, config, broken):
     good = sc.expected_colab_url(CHAPTER, config)
     bad = {
         "wrong-branch": good.replace("/blob/main/", "/blob/master/"),
@@ -102,7 +102,7 @@ def test_broken_colab_link_is_reported(browser, copy, copy_url, config, broken):
         "no-link": "https://example.invalid/",
     }[broken]
     with sc.edited_page(copy, CHAPTER, replace(good, bad)):
-        problems = chapter_problems(browser, copy, copy_url, config)["colab"]
+        problems = chapter_problems(visit_context, copy, copy_url, config)["colab"]
     assert_reported(problems, "no Colab link" if broken == "no-link" else f"Colab link {bad} should be {good}")
 
 
@@ -122,13 +122,13 @@ def test_dangling_internal_link_is_reported(copy, href, expected):
     assert_reported(problems, expected)
 
 
-def test_console_error_and_outside_request_are_reported(browser, copy, copy_url, config):
+def test_console_error_and_outside_request_are_reported(visit_context, copy, copy_url, config):
     snippet = (
         '<script>console.error("boom from a test")</script><script>noSuchFunction()</script>'
         '<img src="https://example.org/needed.png" alt="from outside">'
     )
     with sc.edited_page(copy, CHAPTER, sc.in_article(snippet)):
-        problems = chapter_problems(browser, copy, copy_url, config)
+        problems = chapter_problems(visit_context, copy, copy_url, config)
     assert_reported(problems["errors"], "console.error: boom from a test")
     assert_reported(problems["errors"], "page error: noSuchFunction is not defined")
     assert_reported(
@@ -137,16 +137,16 @@ def test_console_error_and_outside_request_are_reported(browser, copy, copy_url,
     assert_reported(problems["images"], "https://example.org/needed.png")
 
 
-def test_missing_download_button_is_reported(browser, copy, copy_url, config):
+def test_missing_download_button_is_reported(visit_context, copy, copy_url, config):
     with sc.edited_page(copy, CHAPTER, replace("btn-download-source-button", "btn-something-else")):
-        problems = chapter_problems(browser, copy, copy_url, config)["download"]
+        problems = chapter_problems(visit_context, copy, copy_url, config)["download"]
     assert_reported(problems, "no download button")
 
 
-def test_navigation_missing_a_chapter_is_reported(browser, copy, copy_url):
+def test_navigation_missing_a_chapter_is_reported(visit_context, copy, copy_url):
     # The root page's sidebar stops linking to chapter 1 (each link to it now points to "#").
     target = Path(sc.page_path(CHAPTER)).relative_to(Path(ROOT).parent).as_posix()
     with sc.edited_page(copy, ROOT, replace(f'href="{target}"', 'href="#"')):
-        root = sc.visit(browser, copy_url + sc.page_path(ROOT))
+        root = sc.visit(visit_context, copy_url + sc.page_path(ROOT))
     problems = sc.navigation_problems(sc.sidebar_pages(root, copy_url), DOCS)
     assert problems == [f"the left navigation has no link to {sc.page_path(CHAPTER)} (listed in _toc.yml)"]
